@@ -1,0 +1,55 @@
+"""Shared CLI plumbing: --json output, one-line errors with exit code 2, --debug."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from pearl.errors import InputError
+
+console = Console()
+err_console = Console(stderr=True)
+
+# Set by the top-level --debug option: show tracebacks instead of one-line errors.
+DEBUG = {"on": False}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded(fn: F) -> F:
+    """Turn `InputError` (and other bad-input errors) into one line on stderr and exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (InputError, FileNotFoundError) as err:
+            if DEBUG["on"]:
+                raise
+            msg = str(err) if isinstance(err, InputError) else f"{err.filename}: file not found"
+            err_console.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def print_json(doc: Any) -> None:
+    """Exactly one JSON document on stdout."""
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=_default) + "\n")
+    sys.stdout.flush()
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "to_json"):
+        return obj.to_json()
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

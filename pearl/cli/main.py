@@ -1,0 +1,40 @@
+"""The `pearl` command. Each command group lives in its own module and registers here."""
+
+from __future__ import annotations
+
+import typer
+
+from pearl.cli.common import DEBUG
+
+app = typer.Typer(
+    name="pearl",
+    help="PEARL: elastic, PD-adaptive rollout for asynchronous agentic RL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+) -> None:
+    DEBUG["on"] = debug
+
+
+def _register() -> None:
+    # Imported here so that `pearl --help` stays fast and a broken optional module names itself.
+    from pearl.cli import plan_cmd
+
+    plan_cmd.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

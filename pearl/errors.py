@@ -1,0 +1,34 @@
+"""User-facing input errors: one line that names the file, the location and the field.
+
+Every loader (traces, state files, profiles, configs, checkpoints) raises `InputError`;
+the CLI prints `str(err)` on one line and exits with code 2 (traceback only with --debug).
+"""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad user input, located as precisely as the loader can.
+
+    `source` is a file path (or "<argument>" for a command-line value), `location` a line
+    number ("line 12") or a JSON path ("workers[3].gpus"), `field` the offending field.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        message: str,
+        *,
+        location: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.source = source
+        self.location = location
+        self.field = field
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.source if self.location is None else f"{self.source}:{self.location}"
+        what = f"field '{self.field}': " if self.field else ""
+        return f"{where}: {what}{self.message}"

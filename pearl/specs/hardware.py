@@ -1,0 +1,138 @@
+"""Model and GPU specifications, loaded from the bundled datasheet YAML files.
+
+The figures are datasheet leads (see `data/gpus.yaml`), not measurements: the simulator
+applies its own efficiency factors and the runtime tracker learns real speeds from telemetry.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pearl.errors import InputError
+
+
+class GpuSpec(BaseModel):
+    """One GPU type (dense bf16 datasheet figures)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Short name, e.g. 'h100-sxm'.")
+    bf16_tflops: float = Field(gt=0, description="Peak dense bf16 TFLOP/s.")
+    hbm_tb_s: float = Field(gt=0, description="Peak HBM bandwidth in TB/s.")
+    hbm_gb: float = Field(gt=0, description="HBM capacity in GB (1e9 bytes).")
+    nvlink_gb_s_per_dir: float = Field(gt=0, description="NVLink GB/s per direction.")
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.bf16_tflops * 1e12
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_tb_s * 1e12
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gb * 1e9
+
+
+class ModelSpec(BaseModel):
+    """Architecture facts of a Qwen3-family decoder, as in its HF config.json."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Short name, e.g. 'qwen3-8b'.")
+    architecture: str = Field(description="HF architecture name.")
+    num_hidden_layers: int = Field(gt=0, description="Decoder layers.")
+    hidden_size: int = Field(gt=0, description="Model width.")
+    num_attention_heads: int = Field(gt=0, description="Query heads.")
+    num_key_value_heads: int = Field(gt=0, description="KV heads (GQA).")
+    head_dim: int = Field(gt=0, description="Per-head dimension.")
+    intermediate_size: int | None = Field(default=None, description="Dense MLP width.")
+    moe_intermediate_size: int | None = Field(default=None, description="Per-expert MLP width.")
+    num_experts: int | None = Field(default=None, description="Experts per MoE layer.")
+    num_experts_per_tok: int | None = Field(default=None, description="Routed experts per token.")
+    norm_topk_prob: bool | None = Field(default=None, description="Renormalise top-k weights.")
+    vocab_size: int = Field(gt=0, description="Vocabulary size.")
+    max_position_embeddings: int = Field(gt=0, description="Context limit in tokens.")
+    rope_theta: float = Field(gt=0, description="RoPE base.")
+    qk_norm: bool = Field(default=True, description="RMSNorm on q and k per head.")
+    tie_word_embeddings: bool = Field(default=False, description="Share input/output embedding.")
+    params_total: int = Field(gt=0, description="All parameters.")
+    params_non_embedding: int | None = Field(default=None, description="Without embeddings.")
+    params_active_per_token: int | None = Field(default=None, description="MoE active params.")
+    weight_bytes_bf16: int = Field(gt=0, description="Weight bytes in bf16.")
+    kv_bytes_per_token_bf16: int = Field(gt=0, description="KV-cache bytes per token in bf16.")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched per token (all of them for a dense model)."""
+        return self.params_active_per_token or self.params_total
+
+
+def _load_yaml(name: str) -> dict:
+    text = resources.files("pearl.specs").joinpath("data", name).read_text()
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise InputError(name, "expected a mapping at top level")
+    return data
+
+
+def _build(cls: type[BaseModel], source: str, key: str, raw: object) -> BaseModel:
+    if not isinstance(raw, dict):
+        raise InputError(source, "expected a mapping", location=key)
+    try:
+        return cls(name=key, **raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise InputError(source, first["msg"], location=key, field=field) from None
+
+
+@cache
+def gpu_specs() -> dict[str, GpuSpec]:
+    """All bundled GPU types by name."""
+    return {k: _build(GpuSpec, "gpus.yaml", k, v) for k, v in _load_yaml("gpus.yaml").items()}  # type: ignore[misc]
+
+
+@cache
+def model_specs() -> dict[str, ModelSpec]:
+    """All bundled models by name (Qwen3-8B, Qwen3-30B-A3B)."""
+    return {k: _build(ModelSpec, "models.yaml", k, v) for k, v in _load_yaml("models.yaml").items()}  # type: ignore[misc]
+
+
+def get_gpu(name: str) -> GpuSpec:
+    specs = gpu_specs()
+    if name not in specs:
+        raise InputError("<argument>", f"unknown GPU '{name}'; known: {', '.join(sorted(specs))}", field="gpu")
+    return specs[name]
+
+
+def get_model(name: str) -> ModelSpec:
+    specs = model_specs()
+    if name not in specs:
+        raise InputError("<argument>", f"unknown model '{name}'; known: {', '.join(sorted(specs))}", field="model")
+    return specs[name]
+
+
+def load_model_file(path: str | Path) -> ModelSpec:
+    """A model spec from a YAML file holding one mapping of the fields above (plus 'name')."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except OSError as err:
+        raise InputError(str(p), f"cannot read: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise InputError(str(p), f"not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise InputError(str(p), "expected a mapping at top level")
+    name = str(raw.pop("name", p.stem))
+    return _build(ModelSpec, str(p), name, raw)  # type: ignore[return-value]
