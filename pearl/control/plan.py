@@ -82,7 +82,11 @@ class PDConfig:
         return self.num_colocated + self.num_prefill + self.num_decode
 
     def role_counts(self) -> dict[Role, int]:
-        return {Role.COLOCATED: self.num_colocated, Role.PREFILL: self.num_prefill, Role.DECODE: self.num_decode}
+        return {
+            Role.COLOCATED: self.num_colocated,
+            Role.PREFILL: self.num_prefill,
+            Role.DECODE: self.num_decode,
+        }
 
     def __str__(self) -> str:
         if self.is_colocated:
@@ -102,7 +106,12 @@ class AddWorker:
     role: Role
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": "add", "worker_id": self.worker_id, "gpu_ids": list(self.gpu_ids), "role": self.role.value}
+        return {
+            "op": "add",
+            "worker_id": self.worker_id,
+            "gpu_ids": list(self.gpu_ids),
+            "role": self.role.value,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +176,9 @@ def _keep_key(state: ClusterState, w: Worker) -> tuple[int, int, int, str]:
     return (_STATUS_KEEP[w.status], zone, seq, w.worker_id)
 
 
-def _gpu_groups(state: ClusterState, free: list[str], size: int, count: int) -> list[tuple[str, ...]]:
+def _gpu_groups(
+    state: ClusterState, free: list[str], size: int, count: int
+) -> list[tuple[str, ...]]:
     """Take `count` groups of `size` free GPUs, each group on one node, in (zone, node, id) order."""
     by_node: dict[str, list[str]] = {}
     for g in free:
@@ -201,8 +212,12 @@ def plan_transition(
     usable = frozenset(g for g in usable_gpus if state.has_gpu(g))
 
     # Phase 1: forced removals (a worker on a GPU that is no longer usable).
-    forced = [w for w in state.workers if not all(g in usable for g in w.gpu_ids)]
-    survivors = sorted((w for w in state.workers if all(g in usable for g in w.gpu_ids)), key=lambda w: _keep_key(state, w))
+    keys = {w.worker_id: _keep_key(state, w) for w in state.workers}
+    forced: list[Worker] = []
+    survivors: list[Worker] = []
+    for w in state.workers:
+        (survivors if all(g in usable for g in w.gpu_ids) else forced).append(w)
+    survivors.sort(key=lambda w: keys[w.worker_id])
 
     # Phase 2: keep each role up to its target count, in preference order.
     want = target.role_counts()
@@ -225,11 +240,10 @@ def plan_transition(
 
     removed_ids = {w.worker_id for w in removed}
     bound = {g for w in state.workers if w.worker_id not in removed_ids for g in w.gpu_ids}
-    free = [g for g in state.free_gpus() if g in usable] + sorted(
-        (g for w in removed for g in w.gpu_ids if g in usable),
-        key=lambda g: (_ZONE_KEEP[state.gpu(g).zone], state.gpu(g).node, g),
-    )
-    free = sorted(set(free) - bound, key=lambda g: (_ZONE_KEEP[state.gpu(g).zone], state.gpu(g).node, g))
+    free: list[str] = []
+    if to_add:  # only additions need free GPUs
+        free = [g.gpu_id for g in state.gpus if g.gpu_id in usable and g.gpu_id not in bound]
+        free.sort(key=lambda g: (_ZONE_KEEP[state.gpu(g).zone], state.gpu(g).node, g))
     groups = _gpu_groups(state, free, gpus_per_worker, len(to_add))
     if len(groups) < len(to_add):
         raise PlanError(
@@ -237,7 +251,9 @@ def plan_transition(
             f"but only {len(groups)} can be placed on the {len(free)} free usable GPU(s)"
         )
 
-    ops: list[PlanOp] = [RemoveWorker(w.worker_id) for w in sorted(removed, key=lambda w: _keep_key(state, w))]
+    ops: list[PlanOp] = [
+        RemoveWorker(w.worker_id) for w in sorted(removed, key=lambda w: keys[w.worker_id])
+    ]
     ops += [SetRole(w.worker_id, role) for w, role in reassign]
     seq = state.next_worker_seq
     for role, gpus in zip(to_add, groups, strict=False):
@@ -263,7 +279,9 @@ def apply(state: ClusterState, plan: Plan | Iterable[PlanOp]) -> ClusterState:
             if op.worker_id not in workers:
                 raise PlanError(f"cannot change role of unknown worker '{op.worker_id}'")
             w = workers[op.worker_id]
-            workers[op.worker_id] = Worker(w.worker_id, w.gpu_ids, op.role, w.status, w.weight_version)
+            workers[op.worker_id] = Worker(
+                w.worker_id, w.gpu_ids, op.role, w.status, w.weight_version
+            )
         else:
             if op.worker_id in workers:
                 raise PlanError(f"worker '{op.worker_id}' already exists")

@@ -117,10 +117,14 @@ class ClusterState:
                 raise StateError(f"unknown status {w.status!r}", path, "status")
             for g in w.gpu_ids:
                 if g not in gpu_index:
-                    raise StateError(f"worker '{w.worker_id}' is bound to unknown GPU '{g}'", path, "gpu_ids")
+                    raise StateError(
+                        f"worker '{w.worker_id}' is bound to unknown GPU '{g}'", path, "gpu_ids"
+                    )
                 if g in owner:
                     raise StateError(
-                        f"GPU '{g}' bound twice (workers '{owner[g]}' and '{w.worker_id}')", path, "gpu_ids"
+                        f"GPU '{g}' bound twice (workers '{owner[g]}' and '{w.worker_id}')",
+                        path,
+                        "gpu_ids",
                     )
                 owner[g] = w.worker_id
             worker_index[w.worker_id] = w
@@ -150,7 +154,9 @@ class ClusterState:
     def free_gpus(self) -> tuple[str, ...]:
         """GPUs no worker is bound to, in (zone, node, id) order."""
         free = [g for g in self.gpus if g.gpu_id not in self._owner]
-        return tuple(g.gpu_id for g in sorted(free, key=lambda g: (_ZONE_ORDER[g.zone], g.node, g.gpu_id)))
+        return tuple(
+            g.gpu_id for g in sorted(free, key=lambda g: (_ZONE_ORDER[g.zone], g.node, g.gpu_id))
+        )
 
     def gpus_in(self, *zones: Zone) -> tuple[str, ...]:
         return tuple(g.gpu_id for g in self.gpus if g.zone in zones)
@@ -192,9 +198,13 @@ class ClusterState:
     def with_worker(self, worker: Worker) -> ClusterState:
         return replace(self, workers=self.workers + (worker,))
 
-    def new_worker(self, gpu_ids: tuple[str, ...], role: Role, status: Status = Status.INITIALIZING) -> tuple[ClusterState, Worker]:
+    def new_worker(
+        self, gpu_ids: tuple[str, ...], role: Role, status: Status = Status.INITIALIZING
+    ) -> tuple[ClusterState, Worker]:
         w = Worker(f"w{self.next_worker_seq}", tuple(gpu_ids), role, status)
-        return replace(self, workers=self.workers + (w,), next_worker_seq=self.next_worker_seq + 1), w
+        return replace(
+            self, workers=self.workers + (w,), next_worker_seq=self.next_worker_seq + 1
+        ), w
 
     def without_worker(self, worker_id: str) -> ClusterState:
         return replace(self, workers=tuple(w for w in self.workers if w.worker_id != worker_id))
@@ -204,7 +214,9 @@ class ClusterState:
             raise StateError(f"unknown worker '{worker_id}'")
         return replace(
             self,
-            workers=tuple(replace(w, **changes) if w.worker_id == worker_id else w for w in self.workers),
+            workers=tuple(
+                replace(w, **changes) if w.worker_id == worker_id else w for w in self.workers
+            ),
         )
 
     def view(self, gpu_ids: Iterable[str]) -> ClusterState:
@@ -243,7 +255,9 @@ class ClusterState:
             raise StateError("expected a JSON object with 'gpus' and 'workers'", "$")
         unknown = set(doc) - {"gpus", "workers", "next_worker_seq"}
         if unknown:
-            raise StateError(f"unknown key(s): {', '.join(sorted(unknown))}", "$", sorted(unknown)[0])
+            raise StateError(
+                f"unknown key(s): {', '.join(sorted(unknown))}", "$", sorted(unknown)[0]
+            )
         gpus_raw = doc.get("gpus", [])
         workers_raw = doc.get("workers", [])
         if not isinstance(gpus_raw, list):
@@ -265,7 +279,9 @@ def _seq_of(worker_id: str) -> int:
     return -1
 
 
-def _get(raw: Mapping[str, Any], path: str, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+def _get(
+    raw: Mapping[str, Any], path: str, key: str, kind: type | tuple[type, ...], default: Any = ...
+) -> Any:
     if key not in raw:
         if default is ...:
             raise StateError("missing", f"{path}.{key}", key)
@@ -281,7 +297,9 @@ def _enum(enum: type[StrEnum], value: str, path: str, key: str) -> Any:
         return enum(value)
     except ValueError:
         allowed = ", ".join(e.value for e in enum)  # type: ignore[attr-defined]
-        raise StateError(f"unknown value '{value}' (allowed: {allowed})", f"{path}.{key}", key) from None
+        raise StateError(
+            f"unknown value '{value}' (allowed: {allowed})", f"{path}.{key}", key
+        ) from None
 
 
 def _parse_gpu(raw: Any, path: str) -> Gpu:

@@ -112,14 +112,20 @@ def model_specs() -> dict[str, ModelSpec]:
 def get_gpu(name: str) -> GpuSpec:
     specs = gpu_specs()
     if name not in specs:
-        raise InputError("<argument>", f"unknown GPU '{name}'; known: {', '.join(sorted(specs))}", field="gpu")
+        raise InputError(
+            "<argument>", f"unknown GPU '{name}'; known: {', '.join(sorted(specs))}", field="gpu"
+        )
     return specs[name]
 
 
 def get_model(name: str) -> ModelSpec:
     specs = model_specs()
     if name not in specs:
-        raise InputError("<argument>", f"unknown model '{name}'; known: {', '.join(sorted(specs))}", field="model")
+        raise InputError(
+            "<argument>",
+            f"unknown model '{name}'; known: {', '.join(sorted(specs))}",
+            field="model",
+        )
     return specs[name]
 
 
