@@ -115,18 +115,18 @@ class ClusterState:
                 raise StateError(f"unknown role {w.role!r}", path, "role")
             if not isinstance(w.status, Status):
                 raise StateError(f"unknown status {w.status!r}", path, "status")
-            for g in w.gpu_ids:
-                if g not in gpu_index:
+            for gid in w.gpu_ids:
+                if gid not in gpu_index:
                     raise StateError(
-                        f"worker '{w.worker_id}' is bound to unknown GPU '{g}'", path, "gpu_ids"
+                        f"worker '{w.worker_id}' is bound to unknown GPU '{gid}'", path, "gpu_ids"
                     )
-                if g in owner:
+                if gid in owner:
                     raise StateError(
-                        f"GPU '{g}' bound twice (workers '{owner[g]}' and '{w.worker_id}')",
+                        f"GPU '{gid}' bound twice (workers '{owner[gid]}' and '{w.worker_id}')",
                         path,
                         "gpu_ids",
                     )
-                owner[g] = w.worker_id
+                owner[gid] = w.worker_id
             worker_index[w.worker_id] = w
         if self.next_worker_seq < 0:
             raise StateError("must not be negative", "next_worker_seq", "next_worker_seq")
@@ -296,7 +296,7 @@ def _enum(enum: type[StrEnum], value: str, path: str, key: str) -> Any:
     try:
         return enum(value)
     except ValueError:
-        allowed = ", ".join(e.value for e in enum)  # type: ignore[attr-defined]
+        allowed = ", ".join(e.value for e in enum)
         raise StateError(
             f"unknown value '{value}' (allowed: {allowed})", f"{path}.{key}", key
         ) from None
