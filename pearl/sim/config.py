@@ -1,0 +1,202 @@
+"""The simulator's configuration: a tree of typed models, one sub-config per component.
+
+Loaded from YAML (`load_config`), validated on load with errors that name the file and the
+field (`InputError`), and dumped next to every run's outputs (`dump_config`), so that a run
+is reproducible from `config.yaml` and its seed alone.
+
+Defaults are the paper's evaluation setting (§6.1): Qwen3-8B on H100-class GPUs, 16
+training GPUs, 4 reserved rollout GPUs plus up to 12 preemptible ones from a two-hour trace,
+batch 64, 32K-token trajectory limit, and the reconfiguration costs of the paper's Table 3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pearl.errors import InputError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Range(_Model):
+    """A closed interval [low_s, high_s] from which a cost is drawn uniformly (seeded)."""
+
+    low_s: float = Field(ge=0, description="Smallest value in seconds.")
+    high_s: float = Field(ge=0, description="Largest value in seconds.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Range:
+        if self.high_s < self.low_s:
+            raise ValueError("high_s must be >= low_s")
+        return self
+
+    @property
+    def mean_s(self) -> float:
+        return 0.5 * (self.low_s + self.high_s)
+
+
+class ClusterConfig(_Model):
+    """Which model runs on which GPUs, and how many GPUs each pool has (paper §6.1)."""
+
+    model: str = Field("qwen3-8b", description="Model name from pearl/specs/data/models.yaml.")
+    gpu: str = Field("h100-sxm", description="GPU type from pearl/specs/data/gpus.yaml.")
+    num_training_gpus: int = Field(16, ge=1, description="GPUs of the trainer (overlap zone).")
+    num_dedicated_gpus: int = Field(4, ge=0, description="Reserved rollout GPUs, always there.")
+    max_preemptible_gpus: int = Field(
+        12, ge=0, description="Cap on preemptible rollout GPUs taken from the trace."
+    )
+    gpus_per_worker: int = Field(1, ge=1, description="GPUs per rollout worker (tensor parallel).")
+
+
+class TrainerConfig(_Model):
+    """The asynchronous trainer: step time from the tokens in the batch (paper §3, §6.1).
+
+    step_time_s = overhead_s + flops_per_token_factor * active_params * tokens
+                  / (num_training_gpus * peak_flops * mfu)
+    The factor counts a forward+backward of the policy (6N) plus forward passes for old and
+    reference log-probs (2N each): 10N FLOPs per token. `mfu` is set so that the default
+    workload's batch of 64 trajectories takes about 164 s for Qwen3-8B (paper-notes.md).
+    """
+
+    flops_per_token_factor: float = Field(
+        10.0, gt=0, description="Training FLOPs per token as a multiple of active parameters."
+    )
+    mfu: float = Field(
+        0.25, gt=0, le=1, description="Model FLOPs utilisation of the training GPUs."
+    )
+    overhead_s: float = Field(
+        20.0, ge=0, description="Fixed per-step time (optimizer, weight gather, logging)."
+    )
+    max_staleness: int = Field(
+        1, ge=0, description="Rollout may use weights at most this many versions old."
+    )
+    weight_sync_s: Range = Field(
+        default_factory=lambda: Range(low_s=2.0, high_s=4.0),
+        description="Time for a serving worker to load a new weight version.",
+    )
+
+
+class CostConfig(_Model):
+    """Reconfiguration costs, as measured in the paper's Table 3 (drawn per event, seeded)."""
+
+    expansion_prep_s: Range = Field(
+        default_factory=lambda: Range(low_s=56.0, high_s=67.0),
+        description="Background preparation of a new preemptible worker (process, model load).",
+    )
+    expansion_final_s: Range = Field(
+        default_factory=lambda: Range(low_s=11.0, high_s=18.0),
+        description="Finalisation of a new worker: weight-snapshot sync before admission.",
+    )
+    borrow_activation_s: Range = Field(
+        default_factory=lambda: Range(low_s=5.5, high_s=6.5),
+        description="Activating a rollout worker on a borrowed training GPU (restore state).",
+    )
+    borrow_deactivation_s: Range = Field(
+        default_factory=lambda: Range(low_s=3.2, high_s=4.4),
+        description="Returning a borrowed GPU: offload rollout state, restore training.",
+    )
+    training_offload_s: float = Field(
+        1.0, ge=0, description="Trainer releasing GPU memory when its GPUs are borrowed."
+    )
+    init_failure_prob: float = Field(
+        0.0, ge=0, le=1, description="Probability that a new worker fails to initialise."
+    )
+
+
+class TraceConfig(_Model):
+    """Where preemptible GPUs come from: a named or file trace, or a constant budget."""
+
+    trace: str = Field("seg1", description="Bundled segment name (seg1/seg2/seg3) or a file.")
+    reclaim_notice_s: float | None = Field(
+        None, ge=0, description="Lead time of a reclaim notice; None uses the trace's own."
+    )
+    static_gpus: int | None = Field(
+        None,
+        ge=1,
+        description="If set: a constant rollout budget of this many GPUs, no trace, no borrowing.",
+    )
+    duration_s: float | None = Field(
+        None, gt=0, description="Simulated time; None runs the whole trace (7200 s if static)."
+    )
+
+
+class RolloutConfig(_Model):
+    """The rollout batch (paper §6.1: 64 trajectories, 32K-token length limit)."""
+
+    batch_size: int = Field(64, ge=1, description="Trajectories per rollout step.")
+    max_len_tokens: int = Field(
+        32768, ge=1024, description="Trajectory length limit (context cap) in tokens."
+    )
+    workload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of the workload spec (pearl.specs.workload.WorkloadSpec fields).",
+    )
+
+
+class SimConfig(_Model):
+    """One simulated run (or several policies on the same world)."""
+
+    seed: int = Field(0, description="Seed of every random draw in the run.")
+    policies: tuple[str, ...] = Field(
+        ("pearl", "rlboost+", "roll"), description="Policy names from pearl.control.policies."
+    )
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="GPUs and model.")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer model.")
+    costs: CostConfig = Field(default_factory=CostConfig, description="Reconfiguration costs.")
+    trace: TraceConfig = Field(default_factory=TraceConfig, description="GPU availability.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout batch.")
+
+    def with_updates(self, **dotted: Any) -> SimConfig:
+        """A copy with `section.field=value` updates applied (validated like a load)."""
+        doc = self.model_dump(mode="json")
+        for key, value in dotted.items():
+            node = doc
+            *parents, leaf = key.split(".")
+            for p in parents:
+                node = node[p]
+            node[leaf] = value
+        return SimConfig.model_validate(doc)
+
+
+def _first_error(err: ValidationError) -> tuple[str, str]:
+    first = err.errors()[0]
+    return ".".join(str(p) for p in first["loc"]), first["msg"]
+
+
+def config_from_dict(doc: Any, source: str = "<config>") -> SimConfig:
+    """Validate a parsed config; errors are `InputError(source, field=dotted.path)`."""
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise InputError(source, "expected a mapping at top level")
+    try:
+        return SimConfig.model_validate(doc)
+    except ValidationError as err:
+        field, msg = _first_error(err)
+        raise InputError(source, msg, field=field) from None
+
+
+def load_config(path: Path) -> SimConfig:
+    """Read a YAML config file; missing fields take their defaults."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        raise InputError(str(path), "not valid YAML", location=where) from None
+    return config_from_dict(doc, str(path))
+
+
+def dump_config(cfg: SimConfig) -> str:
+    """The config as YAML text (round-trips through `load_config`)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
