@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import torch
 
 
-def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6
+) -> torch.Tensor:
     """(r - mean of its group) / (std of its group + eps); a group of one gets advantage 0.
 
     `rewards` and `group_ids` are 1-D of length B. The std is the population std, so a
