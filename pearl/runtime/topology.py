@@ -1,0 +1,259 @@
+"""Devices as Ray resources on zone-labelled nodes, and the signals nodes give (paper §4.5).
+
+Naming, one place:
+
+* every device slot is the custom resource `pearl_gpu_<gpu_id>` (amount 1) on its node, so
+  a worker bound to GPU `g` is placed exactly there (`worker_options((g,))`); every node
+  also carries `pearl_slot` (its number of slots) and `pearl_zone_<zone>` resources;
+* nodes are labelled `pearl.zone=<zone>` and `pearl.node=<name>` (zone: dedicated,
+  preemptible, overlap; the training pool's GPUs are `overlap`, paper §4.4.1);
+* on CUDA machines the worker also asks for `num_gpus` (one per bound slot).
+
+`discover_gpus()` reads the live cluster back into control-plane `Gpu`s. `reclaim_notices()`
+turns Ray's node draining state into reclaim notices: a node that is draining with a
+deadline is about to be taken (a raylet that receives SIGTERM from a cloud preemption, or
+`ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION --deadline-remaining-seconds N`).
+Ray 2.x exposes the deadline of a draining node but not, while the node is alive, the drain
+reason; so a notice is produced for draining nodes of the preemptible and overlap zones
+that carry a deadline (idle-termination drains carry none and take a node that is empty).
+
+`LocalCluster` wraps `ray.cluster_utils.Cluster` for tests, benchmarks and the trace
+player: zone-labelled nodes that can be added, drained and removed (a removed node is a
+real preemption: the processes of its actors are killed). It keeps Ray's address file in
+its own temporary directory, so a plain `ray.init()` elsewhere on the machine never
+attaches to it by accident.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pearl.control.state import Gpu, Zone
+
+SLOT_RESOURCE = "pearl_slot"
+GPU_RESOURCE_PREFIX = "pearl_gpu_"
+ZONE_RESOURCE_PREFIX = "pearl_zone_"
+ZONE_LABEL = "pearl.zone"
+NODE_LABEL = "pearl.node"
+
+
+def gpu_resource(gpu_id: str) -> str:
+    return f"{GPU_RESOURCE_PREFIX}{gpu_id}"
+
+
+def node_resources(zone: Zone | str, gpu_ids: Iterable[str]) -> dict[str, float]:
+    """Custom resources of a node holding `gpu_ids` in `zone`."""
+    ids = tuple(gpu_ids)
+    res: dict[str, float] = {gpu_resource(g): 1.0 for g in ids}
+    if ids:
+        res[SLOT_RESOURCE] = float(len(ids))
+        res[f"{ZONE_RESOURCE_PREFIX}{Zone(zone).value}"] = float(len(ids))
+    return res
+
+
+def node_labels(zone: Zone | str, name: str) -> dict[str, str]:
+    return {ZONE_LABEL: Zone(zone).value, NODE_LABEL: name}
+
+
+def worker_options(gpu_ids: tuple[str, ...], *, use_cuda: bool = False) -> dict[str, Any]:
+    """Ray actor options that bind a worker to exactly `gpu_ids` (its device slots)."""
+    if not gpu_ids:
+        raise ValueError("a worker needs at least one device slot")
+    opts: dict[str, Any] = {
+        "resources": {gpu_resource(g): 1.0 for g in gpu_ids},
+        "num_cpus": 0,
+    }
+    if use_cuda:
+        opts["num_gpus"] = len(gpu_ids)
+    return opts
+
+
+def discover_gpus(nodes: list[Mapping[str, Any]] | None = None) -> tuple[Gpu, ...]:
+    """The device slots of the live cluster as control-plane `Gpu`s (sorted by id).
+
+    `nodes` defaults to `ray.nodes()`; a node's zone comes from its `pearl.zone` label (or
+    its `pearl_zone_*` resource), its name from the `pearl.node` label (else its node id).
+    """
+    if nodes is None:
+        import ray
+
+        nodes = ray.nodes()
+    gpus: list[Gpu] = []
+    for node in nodes:
+        if not node.get("Alive", False):
+            continue
+        resources = node.get("Resources", {}) or {}
+        labels = node.get("Labels", {}) or {}
+        zone = _zone_of(labels, resources)
+        if zone is None:
+            continue
+        name = labels.get(NODE_LABEL, node.get("NodeID", "node"))
+        for key in resources:
+            if key.startswith(GPU_RESOURCE_PREFIX):
+                gpus.append(Gpu(key.removeprefix(GPU_RESOURCE_PREFIX), zone, name))
+    return tuple(sorted(gpus, key=lambda g: g.gpu_id))
+
+
+def _zone_of(labels: Mapping[str, str], resources: Mapping[str, float]) -> Zone | None:
+    if ZONE_LABEL in labels:
+        return Zone(labels[ZONE_LABEL])
+    for key in resources:
+        if key.startswith(ZONE_RESOURCE_PREFIX):
+            return Zone(key.removeprefix(ZONE_RESOURCE_PREFIX))
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReclaim:
+    """A node about to be taken: its device slots and the wall-clock deadline (unix s)."""
+
+    node_id: str
+    node_name: str
+    zone: Zone
+    gpu_ids: tuple[str, ...]
+    deadline_unix_s: float
+
+
+def reclaim_notices(
+    draining: Mapping[str, int] | None = None,
+    nodes: list[Mapping[str, Any]] | None = None,
+    *,
+    zones: tuple[Zone, ...] = (Zone.PREEMPTIBLE, Zone.OVERLAP),
+) -> tuple[NodeReclaim, ...]:
+    """Draining nodes with a deadline in `zones`, as reclaim information (node id order).
+
+    `draining` maps node id (hex) to deadline in unix ms (0: none), as Ray's
+    `get_draining_nodes()` returns it; `nodes` is `ray.nodes()`. Both default to the live
+    cluster. A caller turns each into `ReclaimNotice(time_s, gpu_ids, deadline_s)` on its
+    own clock (the deadline converts with `deadline_unix_s - time.time()`).
+    """
+    if draining is None:
+        import ray
+
+        draining = ray._private.state.state.get_draining_nodes()
+    if nodes is None:
+        import ray
+
+        nodes = ray.nodes()
+    out: list[NodeReclaim] = []
+    by_id = {n.get("NodeID"): n for n in nodes}
+    for node_id, deadline_ms in sorted(draining.items()):
+        node = by_id.get(node_id)
+        if node is None or not deadline_ms:
+            continue
+        resources = node.get("Resources", {}) or {}
+        labels = node.get("Labels", {}) or {}
+        zone = _zone_of(labels, resources)
+        if zone is None or zone not in zones:
+            continue
+        gpu_ids = tuple(
+            sorted(
+                k.removeprefix(GPU_RESOURCE_PREFIX)
+                for k in resources
+                if k.startswith(GPU_RESOURCE_PREFIX)
+            )
+        )
+        name = labels.get(NODE_LABEL, node_id)
+        out.append(NodeReclaim(node_id, name, zone, gpu_ids, deadline_ms / 1000.0))
+    return tuple(out)
+
+
+def gpu_changes(
+    before: Iterable[Gpu], after: Iterable[Gpu]
+) -> tuple[tuple[Gpu, ...], tuple[str, ...]]:
+    """(GPUs that joined, ids of GPUs that left) between two `discover_gpus()` readings."""
+    old = {g.gpu_id: g for g in before}
+    new = {g.gpu_id: g for g in after}
+    joined = tuple(g for gid, g in sorted(new.items()) if gid not in old)
+    gone = tuple(gid for gid in sorted(old) if gid not in new)
+    return joined, gone
+
+
+class LocalCluster:
+    """A multi-node Ray cluster on this machine with zone-labelled nodes (tests, trace player).
+
+    The head node has `head_cpus` CPUs and no device slots (the driver, registry and router
+    live there and are never preempted). `connect()` attaches this process to it.
+    """
+
+    def __init__(self, *, head_cpus: int = 1, object_store_bytes: int = 200 * 1024**2) -> None:
+        from ray.cluster_utils import Cluster
+
+        self._tmp = tempfile.mkdtemp(prefix="pearl-ray-")
+        self._store_bytes = object_store_bytes
+        self._cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": head_cpus,
+                "include_dashboard": False,
+                "temp_dir": self._tmp,
+                "object_store_memory": object_store_bytes,
+                "labels": node_labels(Zone.DEDICATED, "head"),
+            },
+        )
+        self._nodes: dict[str, Any] = {}
+
+    @property
+    def address(self) -> str:
+        return self._cluster.address
+
+    def connect(self, namespace: str = "pearl") -> None:
+        import ray
+
+        ray.init(address=self.address, namespace=namespace, log_to_driver=False)
+
+    def add_node(
+        self, name: str, zone: Zone | str, gpu_ids: Iterable[str], *, num_cpus: int = 1
+    ) -> str:
+        """Start a node named `name` holding `gpu_ids`; returns its Ray node id."""
+        if name in self._nodes:
+            raise ValueError(f"node '{name}' already exists")
+        ids = tuple(gpu_ids)
+        node = self._cluster.add_node(
+            num_cpus=num_cpus,
+            resources=node_resources(zone, ids),
+            labels=node_labels(zone, name),
+            object_store_memory=self._store_bytes,
+        )
+        self._nodes[name] = node
+        return node.node_id
+
+    def node_id(self, name: str) -> str:
+        return self._nodes[name].node_id
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(self._nodes)
+
+    def drain_node(self, name: str, deadline_in_s: float, *, message: str = "preemption") -> bool:
+        """Mark node `name` as draining for preemption with a deadline (Ray's control store).
+
+        Returns whether Ray accepted the drain. Ray does not kill the node at the deadline:
+        the caller removes it (as a cloud provider would).
+        """
+        import ray
+        from ray.core.generated import autoscaler_pb2
+
+        gcs = ray._raylet.GcsClient(address=self.address)
+        deadline_ms = int((time.time() + deadline_in_s) * 1000)
+        reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
+        accepted, _ = gcs.drain_node(self.node_id(name), reason, message, deadline_ms)
+        return bool(accepted)
+
+    def remove_node(self, name: str, *, graceful: bool = False) -> None:
+        """Take node `name` away: its raylet and every worker process on it are killed."""
+        node = self._nodes.pop(name)
+        self._cluster.remove_node(node, allow_graceful=graceful)
+
+    def shutdown(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        self._cluster.shutdown()
+        shutil.rmtree(self._tmp, ignore_errors=True)
