@@ -24,9 +24,10 @@ def _root(
 
 def _register() -> None:
     # Imported here so that `pearl --help` stays fast and a broken optional module names itself.
-    from pearl.cli import plan_cmd
+    from pearl.cli import plan_cmd, trace_cmd
 
     plan_cmd.register(app)
+    trace_cmd.register(app)
 
 
 _register()
