@@ -1,0 +1,239 @@
+"""Bubble-aware makespan models of one rollout batch (paper §4.3.1).
+
+A batch of B trajectories; each runs T turns of (prefill, decode, environment). From a
+`WorkloadProfile` (means `T`, `n_p` new prefill tokens and `n_d` decode tokens per turn,
+context `K`, environment time `e` per turn, share `f` of time waiting on the environment,
+the tail `T_max` of turns) and the fitted per-worker costs (`PerfParams`):
+
+* prefill of a turn `t_pf = a + b_p*n_p + c_attn*n_p*K`; KV of a turn `t_kv = lat + K*kv_bytes*s`;
+* decode concurrency per worker `b = max(1, min(B/N*(1-f), H_max/K_dec))` (trajectories
+  waiting on the environment do not decode; KV memory caps the batch); decode iteration
+  `t_step = a + b_d*b + c_ctx*b*K_dec` with `K_dec = K + n_d/2`.
+
+Two bounds, the makespan is the larger (both are lower bounds of a real schedule):
+
+* **throughput bound**: a worker's total work over its capacity;
+* **critical path** of the longest trajectory (`T_max` turns), including the bubbles other
+  work puts in its way. Other work interrupts it at utilisation `P/M` (P: the interfering
+  work per worker, M: the makespan), so `M = A + C*M/(M-P)`, where C is the interrupted
+  part and A the rest; the larger root of `M^2 - (A+P+C)M + AP = 0` solves it in closed form
+  (it grows with A, P and C).
+
+Colocated (N workers): prefill and decode serialise on shared GPUs. Throughput bound
+`P_w + D_w` (per-worker prefill and decode busy time); on the critical path other
+trajectories' prefills interrupt this trajectory's decode (C = its decode time, P = P_w).
+
+Disaggregated (p prefill, d decode): the two paths run concurrently. Prefill path
+`max(prefill work, KV link time) / p`; decode path `max(D_d, T_max*n_d*t_step)`; on the
+critical path the trajectory's prefills queue behind others' (C = its prefill time, P =
+prefill path), then KV transfer, decode and environment add up.
+
+Feasibility (paper §4.2): a worker's weights fit its GPUs; one trajectory's context fits a
+worker's KV memory (prefill workers stage whole contexts); disaggregation needs decode KV
+memory `B * K_seq <= N_D * H_max` with `K_seq = K + n_d`.
+
+Everything is our own coarse model, deliberately independent of the simulator's world.
+The core works on numpy arrays so the decision engine can score thousands of splits at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pearl.control.plan import PDConfig
+from pearl.control.profile import WorkloadProfile
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A predicted batch makespan; `reason` says why when `feasible` is False."""
+
+    makespan_s: float
+    feasible: bool
+    reason: str
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "makespan_s": self.makespan_s,
+            "feasible": self.feasible,
+            "reason": self.reason,
+            "breakdown": dict(self.breakdown),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Workload:
+    """Scalars shared by every candidate of one prediction call."""
+
+    batch: float
+    turns: float
+    turns_tail: float
+    t_pf: float
+    t_kv: float
+    n_d: float
+    ctx_dec: float
+    k_seq: float
+    env_s: float
+    wait: float
+    h_max: float
+    weights_fit: bool
+    weight_gb: float
+    mem_gb: float
+    ctx_tail: float
+    step_a: float
+    step_b: float
+    step_c: float
+
+
+def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) -> _Workload:
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    if num_gpus_per_worker < 1:
+        raise ValueError(f"num_gpus_per_worker must be >= 1, got {num_gpus_per_worker}")
+    hw = profile.hardware
+    perf = profile.perf.scaled(num_gpus_per_worker)
+    ctx = profile.context_tokens_mean
+    n_d = profile.decode_tokens_per_turn
+    return _Workload(
+        batch=float(batch),
+        turns=profile.turns_per_traj_mean,
+        turns_tail=max(profile.turns_per_traj_max, profile.turns_per_traj_mean),
+        t_pf=perf.prefill_s(profile.new_prefill_tokens_per_turn, ctx),
+        t_kv=perf.kv_transfer_s(ctx * hw.kv_bytes_per_token),
+        n_d=n_d,
+        ctx_dec=ctx + n_d / 2.0,
+        k_seq=ctx + n_d,
+        env_s=profile.env_s_per_turn_mean,
+        wait=min(max(profile.env_wait_fraction, 0.0), 0.99),
+        h_max=hw.kv_capacity_tokens(num_gpus_per_worker),
+        weights_fit=hw.weights_fit(num_gpus_per_worker),
+        weight_gb=hw.weight_bytes / 1e9,
+        mem_gb=hw.worker_memory_bytes(num_gpus_per_worker) / 1e9,
+        ctx_tail=max(profile.context_tokens_p90, ctx) + n_d,
+        step_a=perf.step_overhead_s,
+        step_b=perf.decode_s_per_seq,
+        step_c=perf.decode_s_per_ctx_token,
+    )
+
+
+def _interrupted_path(a: np.ndarray, c: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Solve M = A + C*M/(M-P) for the root M > max(A, P) (see module docstring)."""
+    s = a + c + p
+    return (s + np.sqrt(np.maximum(s * s - 4.0 * a * p, 0.0))) / 2.0
+
+
+def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-worker decode concurrency, iteration time and busy time for `workers` workers."""
+    cap = max(1.0, w.h_max / w.ctx_dec) if w.h_max > 0 else 1.0
+    b = np.clip(w.batch / workers * (1.0 - w.wait), 1.0, cap)
+    t_step = w.step_a + w.step_b * b + w.step_c * b * w.ctx_dec
+    busy = w.batch * w.turns * w.n_d / workers / b * t_step
+    return b, t_step, busy
+
+
+def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
+    """Colocated makespan for worker counts `n` (paper §4.3.1: PD serialised per GPU)."""
+    n = np.asarray(n, dtype=float)
+    prefill = w.batch * w.turns * w.t_pf / n
+    b, t_step, decode = _decode(w, n)
+    tput = prefill + decode
+    own_prefill = w.turns_tail * w.t_pf
+    own_decode = w.turns_tail * w.n_d * t_step
+    env = w.turns_tail * w.env_s
+    crit = _interrupted_path(own_prefill + env, own_decode, prefill)
+    return {
+        "makespan_s": np.maximum(tput, crit),
+        "throughput_bound_s": tput,
+        "critical_path_s": crit,
+        "prefill_s": prefill,
+        "decode_s": decode,
+        "interference_s": crit - own_prefill - own_decode - env,
+        "env_s": np.full_like(n, env),
+        "decode_batch": b,
+        "decode_step_s": t_step,
+    }
+
+
+def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str, np.ndarray]:
+    """Disaggregated makespan for prefill counts `p` and decode counts `d` (same shape)."""
+    p = np.asarray(p, dtype=float)
+    d = np.asarray(d, dtype=float)
+    prefill = w.batch * w.turns * w.t_pf / p
+    kv_link = w.batch * w.turns * w.t_kv / p
+    prefill_path = np.maximum(prefill, kv_link)
+    b, t_step, decode = _decode(w, d)
+    own_decode = w.turns_tail * w.n_d * t_step
+    decode_path = np.maximum(decode, own_decode)
+    own_prefill = w.turns_tail * w.t_pf
+    kv = w.turns_tail * w.t_kv
+    env = w.turns_tail * w.env_s
+    crit = _interrupted_path(kv + own_decode + env, np.full_like(p, own_prefill), prefill_path)
+    tput = np.maximum(prefill_path, decode)
+    return {
+        "makespan_s": np.maximum(tput, crit),
+        "throughput_bound_s": tput,
+        "critical_path_s": crit,
+        "prefill_path_s": prefill_path,
+        "decode_path_s": decode_path,
+        "kv_transfer_s": np.full_like(p, kv),
+        "queueing_s": crit - own_prefill - kv - own_decode - env,
+        "env_s": np.full_like(p, env),
+        "decode_batch": b,
+        "decode_step_s": t_step,
+    }
+
+
+def feasibility(
+    w: _Workload, mode: str, num_decode: np.ndarray | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """(feasible mask, reasons) for colocated (`num_decode` None) or disaggregated."""
+    shape = (1,) if num_decode is None else np.shape(num_decode)
+    if not w.weights_fit:
+        msg = f"weights ({w.weight_gb:.1f} GB) do not fit a worker's usable {w.mem_gb:.1f} GB"
+        return np.zeros(shape, dtype=bool), [msg] * int(np.prod(shape))
+    if w.ctx_tail > w.h_max:
+        msg = (
+            f"one trajectory's KV ({w.ctx_tail:.0f} tokens) exceeds a worker's KV capacity "
+            f"H_max = {w.h_max:.0f} tokens"
+        )
+        return np.zeros(shape, dtype=bool), [msg] * int(np.prod(shape))
+    if num_decode is None or mode == "colocated":
+        return np.ones(shape, dtype=bool), [""] * int(np.prod(shape))
+    need = w.batch * w.k_seq
+    have = np.asarray(num_decode, dtype=float) * w.h_max
+    ok = need <= have
+    reasons = [
+        ""
+        if fine
+        else f"decode KV memory: B*K_seq = {need:.0f} tokens > N_D*H_max = {h:.0f} tokens"
+        for fine, h in zip(ok.tolist(), have.tolist(), strict=True)
+    ]
+    return ok, reasons
+
+
+def predict(
+    config: PDConfig, profile: WorkloadProfile, batch: int, *, num_gpus_per_worker: int = 1
+) -> Prediction:
+    """Predicted makespan of one rollout batch of `batch` trajectories under `config`."""
+    w = _workload(profile, batch, num_gpus_per_worker)
+    if config.is_colocated:
+        arrays = colocated_arrays(w, np.array([config.num_colocated], dtype=float))
+        ok, reasons = feasibility(w, "colocated")
+    else:
+        arrays = disaggregated_arrays(
+            w,
+            np.array([config.num_prefill], dtype=float),
+            np.array([config.num_decode], dtype=float),
+        )
+        ok, reasons = feasibility(w, "disaggregated", np.array([config.num_decode]))
+    breakdown = {k: float(v[0]) for k, v in arrays.items() if k != "makespan_s"}
+    return Prediction(float(arrays["makespan_s"][0]), bool(ok[0]), reasons[0], breakdown)
+
+
+def workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int = 1) -> _Workload:
+    """The scalars of one prediction call (for vectorised scoring in the decision engine)."""
+    return _workload(profile, batch, num_gpus_per_worker)

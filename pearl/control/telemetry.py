@@ -1,0 +1,336 @@
+"""Request telemetry: one schema for the simulator and the real runtime (paper §4.1.1, §5).
+
+Two record kinds, written one JSON object per line (JSONL) with a `"kind"` key:
+
+* `TurnRecord` (`"kind": "turn"`): one request turn of one trajectory: who served it, how
+  many tokens it prefilled (new vs. served from the prefix cache) and decoded, and the
+  timestamps of queueing, prefill, KV transfer, decode and the environment step that
+  followed it.
+* `WorkerStepRecord` (`"kind": "worker_step"`): one engine iteration of one worker (or a
+  sample of them): batch size, tokens processed and the iteration's wall time.
+
+An optional `"kind": "meta"` line names the model and GPU (`model`, `gpu`,
+`gpus_per_worker`) so a fitter can pick the hardware prior. Field-by-field documentation:
+docs/telemetry.md. Times are seconds on one clock per run (any origin).
+
+Errors raised here are `TelemetryError` (a `ValueError`) carrying `source`, `location`
+("line 12") and `field`, so an edge can turn them into one-line user errors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import MISSING, asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class TelemetryError(ValueError):
+    """A bad telemetry record: names the source, the location and the field."""
+
+    def __init__(
+        self, source: str, message: str, *, location: str | None = None, field: str | None = None
+    ) -> None:
+        self.source = source
+        self.location = location
+        self.field = field
+        self.message = message
+        where = source if location is None else f"{source}:{location}"
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}: {what}{message}")
+
+
+_ROLES = ("colocated", "prefill", "decode")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One request turn (paper §4.1.1: request telemetry feeds the runtime tracker).
+
+    Token counts are non-negative. `context_tokens` is the trajectory's context when the
+    turn's prefill starts (cached prefix + new prefill tokens). Timestamps are ordered
+    `t_queued_s <= t_prefill_start_s <= t_prefill_end_s <= t_decode_start_s <=
+    t_decode_end_s <= t_env_start_s <= t_env_end_s`; the KV-transfer pair is `None` when no
+    transfer happened (colocated), the environment pair is `None` after a trajectory's last
+    turn. `interrupted` marks a turn cut short by a reclaim or a return of borrowed GPUs;
+    `resumed` a turn that restarted elsewhere with a full prefill of its context.
+    """
+
+    traj_id: str
+    turn: int
+    step: int
+    weight_version: int
+    prefill_worker: str
+    decode_worker: str | None
+    roles: tuple[str, ...]
+    new_prefill_tokens: int
+    cached_prefix_tokens: int
+    decode_tokens: int
+    context_tokens: int
+    t_queued_s: float
+    t_prefill_start_s: float
+    t_prefill_end_s: float
+    t_kv_start_s: float | None
+    t_kv_end_s: float | None
+    t_decode_start_s: float
+    t_decode_end_s: float
+    t_env_start_s: float | None
+    t_env_end_s: float | None
+    interrupted: bool = False
+    resumed: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roles", tuple(self.roles))
+        _check_record(self)
+
+    @property
+    def prefill_s(self) -> float:
+        return self.t_prefill_end_s - self.t_prefill_start_s
+
+    @property
+    def kv_s(self) -> float | None:
+        if self.t_kv_start_s is None or self.t_kv_end_s is None:
+            return None
+        return self.t_kv_end_s - self.t_kv_start_s
+
+    @property
+    def decode_s(self) -> float:
+        return self.t_decode_end_s - self.t_decode_start_s
+
+    @property
+    def env_s(self) -> float | None:
+        if self.t_env_start_s is None or self.t_env_end_s is None:
+            return None
+        return self.t_env_end_s - self.t_env_start_s
+
+    @property
+    def t_end_s(self) -> float:
+        """When the turn (including its environment step, if any) is over."""
+        return self.t_env_end_s if self.t_env_end_s is not None else self.t_decode_end_s
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {"kind": "turn", **asdict(self)}
+        doc["roles"] = list(self.roles)
+        return doc
+
+    @classmethod
+    def from_json(
+        cls, doc: dict[str, Any], source: str = "<record>", location: str | None = None
+    ) -> TurnRecord:
+        return _from_json(cls, doc, source, location)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStepRecord:
+    """One engine iteration of one worker (continuous batching).
+
+    `batch_size` counts the sequences in the iteration; `prefill_tokens` the new prompt
+    tokens it computed (all prefill chunks); `decode_tokens` the tokens it generated (one per
+    decoding sequence); `context_tokens` the KV tokens the decoding sequences attended to (the
+    sum of their context lengths); `step_time_s` the iteration's wall time. Producers may
+    sample iterations (e.g. every 16th); fits only need a representative sample.
+    """
+
+    worker_id: str
+    role: str
+    step: int
+    t_s: float
+    batch_size: int
+    prefill_tokens: int
+    decode_tokens: int
+    context_tokens: int
+    step_time_s: float
+
+    def __post_init__(self) -> None:
+        _check_record(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "worker_step", **asdict(self)}
+
+    @classmethod
+    def from_json(
+        cls, doc: dict[str, Any], source: str = "<record>", location: str | None = None
+    ) -> WorkerStepRecord:
+        return _from_json(cls, doc, source, location)  # type: ignore[return-value]
+
+
+Record = TurnRecord | WorkerStepRecord
+
+_INT_FIELDS = {
+    "turn", "step", "weight_version", "new_prefill_tokens", "cached_prefix_tokens",
+    "decode_tokens", "context_tokens", "batch_size", "prefill_tokens",
+}  # fmt: skip
+_OPT_FLOAT = {"t_kv_start_s", "t_kv_end_s", "t_env_start_s", "t_env_end_s"}
+
+
+def _check_record(rec: Record) -> None:
+    """Types, signs and time order. Raises TelemetryError(field=...) on the first problem."""
+
+    def bad(name: str, msg: str) -> TelemetryError:
+        return TelemetryError("<record>", msg, field=name)
+
+    for f in fields(rec):
+        v = getattr(rec, f.name)
+        if f.name in _INT_FIELDS:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise bad(f.name, f"expected an integer, got {v!r}")
+            if v < 0:
+                raise bad(f.name, f"must be >= 0, got {v}")
+        elif f.name.endswith("_s"):
+            if v is None and f.name in _OPT_FLOAT:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise bad(f.name, f"expected a finite number of seconds, got {v!r}")
+            if f.name == "step_time_s" and v < 0:
+                raise bad(f.name, f"must be >= 0, got {v}")
+    if isinstance(rec, WorkerStepRecord):
+        if rec.role not in _ROLES:
+            raise bad("role", f"unknown role {rec.role!r} (use {', '.join(_ROLES)})")
+        return
+    if not rec.roles or any(r not in _ROLES for r in rec.roles):
+        raise bad("roles", f"expected a list of roles from {', '.join(_ROLES)}, got {rec.roles!r}")
+    if rec.context_tokens < rec.new_prefill_tokens:
+        raise bad("context_tokens", "must be >= new_prefill_tokens (it includes them)")
+    if (rec.t_kv_start_s is None) != (rec.t_kv_end_s is None):
+        raise bad("t_kv_end_s", "t_kv_start_s and t_kv_end_s are both set or both null")
+    if (rec.t_env_start_s is None) != (rec.t_env_end_s is None):
+        raise bad("t_env_end_s", "t_env_start_s and t_env_end_s are both set or both null")
+    order = [
+        ("t_queued_s", rec.t_queued_s),
+        ("t_prefill_start_s", rec.t_prefill_start_s),
+        ("t_prefill_end_s", rec.t_prefill_end_s),
+        ("t_kv_start_s", rec.t_kv_start_s),
+        ("t_kv_end_s", rec.t_kv_end_s),
+        ("t_decode_start_s", rec.t_decode_start_s),
+        ("t_decode_end_s", rec.t_decode_end_s),
+        ("t_env_start_s", rec.t_env_start_s),
+        ("t_env_end_s", rec.t_env_end_s),
+    ]
+    last_name, last = order[0]
+    for name, t in order[1:]:
+        if t is None:
+            continue
+        if t < last - 1e-9:
+            raise bad(name, f"{name}={t} is before {last_name}={last}")
+        last_name, last = name, t
+
+
+def _from_json(cls: type, doc: Any, source: str, location: str | None) -> Record:
+    if not isinstance(doc, dict):
+        raise TelemetryError(source, "expected a JSON object", location=location)
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls) if f.default is MISSING}
+    for name in sorted(required):
+        if name not in doc:
+            raise TelemetryError(source, "missing", location=location, field=name)
+    unknown = sorted(set(doc) - names - {"kind"})
+    if unknown:
+        raise TelemetryError(source, "unknown field", location=location, field=unknown[0])
+    kwargs = {k: v for k, v in doc.items() if k != "kind"}
+    if cls is TurnRecord and not isinstance(kwargs.get("roles"), list | tuple):
+        raise TelemetryError(source, "expected a list", location=location, field="roles")
+    try:
+        return cls(**kwargs)
+    except TelemetryError as err:
+        raise TelemetryError(source, err.message, location=location, field=err.field) from None
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryMeta:
+    """Optional header naming the hardware the telemetry was measured on."""
+
+    model: str | None = None
+    gpu: str | None = None
+    gpus_per_worker: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "meta", **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class Telemetry:
+    """Everything read from one telemetry file."""
+
+    turns: tuple[TurnRecord, ...]
+    worker_steps: tuple[WorkerStepRecord, ...]
+    meta: TelemetryMeta = TelemetryMeta()
+
+    def steps(self) -> list[int]:
+        """Rollout steps present, ascending."""
+        return sorted({t.step for t in self.turns} | {w.step for w in self.worker_steps})
+
+    def by_step(self) -> Iterator[tuple[int, tuple[TurnRecord, ...], tuple[WorkerStepRecord, ...]]]:
+        for s in self.steps():
+            yield (
+                s,
+                tuple(t for t in self.turns if t.step == s),
+                tuple(w for w in self.worker_steps if w.step == s),
+            )
+
+
+def parse_jsonl(lines: Iterable[str], source: str = "<telemetry>") -> Telemetry:
+    """Parse JSONL telemetry; blank lines and lines starting with '#' are skipped."""
+    turns: list[TurnRecord] = []
+    steps: list[WorkerStepRecord] = []
+    meta = TelemetryMeta()
+    for lineno, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        loc = f"line {lineno}"
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise TelemetryError(source, f"not valid JSON: {err.msg}", location=loc) from None
+        if not isinstance(doc, dict):
+            raise TelemetryError(source, "expected a JSON object", location=loc)
+        kind = doc.get("kind")
+        if kind == "turn":
+            turns.append(TurnRecord.from_json(doc, source, loc))
+        elif kind == "worker_step":
+            steps.append(WorkerStepRecord.from_json(doc, source, loc))
+        elif kind == "meta":
+            gpw = doc.get("gpus_per_worker", 1)
+            if isinstance(gpw, bool) or not isinstance(gpw, int) or gpw < 1:
+                raise TelemetryError(
+                    source, "must be an integer >= 1", location=loc, field="gpus_per_worker"
+                )
+            meta = TelemetryMeta(doc.get("model"), doc.get("gpu"), gpw)
+        else:
+            raise TelemetryError(
+                source,
+                f"unknown kind {kind!r} (use turn, worker_step, meta)",
+                location=loc,
+                field="kind",
+            )
+    return Telemetry(tuple(turns), tuple(steps), meta)
+
+
+def read_jsonl(path: str | Path) -> Telemetry:
+    """Read a telemetry file. Errors name the file, the line and the field."""
+    p = Path(path)
+    try:
+        with p.open() as fh:
+            return parse_jsonl(fh, str(p))
+    except FileNotFoundError:
+        raise TelemetryError(str(p), "file not found") from None
+    except OSError as err:
+        raise TelemetryError(str(p), f"cannot read: {err.strerror}") from None
+
+
+def write_jsonl(
+    out: TextIO,
+    records: Iterable[Record],
+    meta: TelemetryMeta | None = None,
+) -> int:
+    """Write records (and an optional meta header) one per line; returns lines written."""
+    n = 0
+    if meta is not None:
+        out.write(json.dumps(meta.to_json(), separators=(",", ":")) + "\n")
+        n += 1
+    for rec in records:
+        out.write(json.dumps(rec.to_json(), separators=(",", ":")) + "\n")
+        n += 1
+    return n
