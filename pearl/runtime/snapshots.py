@@ -69,31 +69,35 @@ def publish_weights(
 
     if version < 0:
         raise ValueError(f"version must not be negative, got {version}")
-    shards: list[tuple[tuple[str, ...], Any]] = []
-    names: list[str] = []
-    group: dict[str, Any] = {}
-    group_bytes = 0
-    total = 0
-
-    def flush() -> None:
-        nonlocal group, names, group_bytes
-        if group:
-            shards.append((tuple(names), ray.put(group)))
-        group, names, group_bytes = {}, [], 0
-
-    for name, tensor in state_dict.items():
-        enc = encode_tensors(tensor)
-        size = payload_num_bytes(enc)
-        if group and group_bytes + size > shard_bytes:
-            flush()
-        group[name] = enc
-        names.append(name)
-        group_bytes += size
-        total += size
-    flush()
-    snap = Snapshot(version, tuple(shards), total, dict(metadata or {}))
+    encoded = {name: encode_tensors(t) for name, t in state_dict.items()}
+    sizes = {name: payload_num_bytes(enc) for name, enc in encoded.items()}
+    shards = tuple(
+        (names, ray.put({n: encoded[n] for n in names}))
+        for names in shard_names(sizes, shard_bytes)
+    )
+    total = sum(sizes.values())
+    snap = Snapshot(version, shards, total, dict(metadata or {}))
     ray.get(registry.publish.remote(snap))
     return snap
+
+
+def shard_names(sizes: Mapping[str, int], shard_bytes: int) -> list[tuple[str, ...]]:
+    """Group names, in order, into shards of at most `shard_bytes` (an oversized tensor
+    gets a shard of its own; no shard is empty)."""
+    if shard_bytes < 1:
+        raise ValueError("shard_bytes must be positive")
+    shards: list[tuple[str, ...]] = []
+    group: list[str] = []
+    group_bytes = 0
+    for name, size in sizes.items():
+        if group and group_bytes + size > shard_bytes:
+            shards.append(tuple(group))
+            group, group_bytes = [], 0
+        group.append(name)
+        group_bytes += size
+    if group:
+        shards.append(tuple(group))
+    return shards
 
 
 def fetch_weights(snapshot: Snapshot) -> dict[str, torch.Tensor]:
