@@ -100,14 +100,20 @@ class RunResult:
 
 
 def run_in_sandbox(
-    root: Path, limits: Limits, *, mode: str = "tests", script: str | None = None
+    root: Path,
+    limits: Limits,
+    *,
+    mode: str = "tests",
+    script: str | None = None,
+    iso: Isolation | None = None,
 ) -> RunResult:
-    """Run the runner over sandbox directory `root` (tests, a script, or a probe).
+    """Run the runner over sandbox directory `root`: its tests, a script, or a probe.
 
     `root` must be a directory this process created for the sandbox: with a uid drop it is
-    handed to that uid (chown) for the run. Never raises on anything the sandboxed code does.
+    handed to that uid (chown) for the run and back afterwards. `iso` defaults to the
+    probed `isolation()`. Never raises on anything the sandboxed code does.
     """
-    iso = isolation()
+    iso = iso or isolation()
     return _run(root.resolve(), limits, iso, mode=mode, script=script)
 
 
