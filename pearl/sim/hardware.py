@@ -1,0 +1,331 @@
+"""The simulator's hardware model: time of one inference iteration from FLOPs and bytes.
+
+This is the simulated world's ground truth. It is written independently of the decision
+engine's coarse fitted models (`pearl.control.makespan`), which it must never import or
+share formulas with, or validation would prove nothing (DESIGN.md, "Decisions").
+
+One iteration of a worker processes some prefill chunks (tokens at known positions) and one
+token for each decoding sequence (at its context length). Its time is
+
+    t = max(flops / (eff_compute * peak_flops), bytes / (eff_memory * hbm_bw))
+        + tp_comm + overhead_s + per_seq_overhead_s * num_seqs
+
+- flops: 2 * (active params without embeddings) per token (dense, or MoE active experts),
+  2 * vocab * hidden per sampled token (only the last position of a sequence gets logits),
+  attention 4 * heads * head_dim * layers per (query token, context position) pair
+  (QK^T and AV), causal within a prefill chunk.
+- bytes: the weights read once per iteration (for MoE the non-expert weights plus the
+  expected fraction of experts touched by the T tokens of the iteration,
+  1 - (1 - k/E)^T), the KV cache read (each decode token reads its whole context; a prefill
+  chunk reads the prefix before it once) and the KV written.
+- tensor parallel over `tp` GPUs divides flops and bytes by tp and adds two all-reduces of
+  the activations per layer over NVLink (latency + ring bandwidth term).
+
+KV capacity = tp * hbm * memory_utilisation - weights - activation reserve, in tokens.
+KV transfer between workers = latency + bytes / link bandwidth (NVLink within a node, the
+NIC bandwidth across nodes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pearl.specs.hardware import GpuSpec, ModelSpec
+
+# Efficiencies per GPU type: (compute, memory). From the comments of gpus.yaml: prefill
+# GEMMs reach ~55-65% of peak bf16 FLOP/s end to end, decode reads weights at ~60-79% of
+# peak HBM bandwidth. A100's older kernels sit at the low end of both ranges.
+DEFAULT_EFFICIENCY: dict[str, tuple[float, float]] = {
+    "h100-sxm": (0.60, 0.72),
+    "h800": (0.60, 0.72),
+    "h200": (0.60, 0.72),
+    "h20": (0.65, 0.72),
+    "a100-80g": (0.55, 0.65),
+}
+_FALLBACK_EFFICIENCY = (0.55, 0.65)
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareParams:
+    """Knobs of the hardware model that datasheets do not give (seconds, bytes, fractions)."""
+
+    compute_efficiency: float | None = None  # None: DEFAULT_EFFICIENCY of the GPU type
+    memory_efficiency: float | None = None  # None: DEFAULT_EFFICIENCY of the GPU type
+    iteration_overhead_s: float = 0.0015  # scheduler + launch per iteration (CUDA graphs)
+    per_seq_overhead_s: float = 10e-6  # per sequence in the batch (sampling, bookkeeping)
+    memory_utilisation: float = 0.90  # fraction of HBM the engine may use (vLLM default)
+    activation_reserve_bytes: float = 2e9  # per GPU: activations, CUDA graphs, workspace
+    allreduce_latency_s: float = 8e-6  # per all-reduce, tensor parallel
+    inter_node_bytes_per_s: float = 25e9  # one 200 Gb/s NIC at line rate (gpus.yaml comment)
+    transfer_latency_s: float = 0.002  # per KV transfer (handshake, metadata)
+
+    def __post_init__(self) -> None:
+        for name in ("compute_efficiency", "memory_efficiency"):
+            v = getattr(self, name)
+            if v is not None and not 0 < v <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {v}")
+        if not 0 < self.memory_utilisation <= 1:
+            raise ValueError("memory_utilisation must be in (0, 1]")
+        if self.inter_node_bytes_per_s <= 0:
+            raise ValueError("inter_node_bytes_per_s must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class IterationCost:
+    """Raw work of one iteration (before dividing by speeds)."""
+
+    flops: float
+    bytes: float
+    num_tokens: int
+    num_seqs: int
+
+
+@dataclass(frozen=True)
+class WorkerHardware:
+    """Performance model of one inference worker: `model` on `tp` GPUs of type `gpu`.
+
+    All methods are pure. Times in seconds, sizes in tokens or bytes.
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int = 1
+    params: HardwareParams = field(default_factory=HardwareParams)
+
+    def __post_init__(self) -> None:
+        if self.tp < 1:
+            raise ValueError("tp must be >= 1")
+        m, p = self.model, self.params
+        eff_c, eff_m = DEFAULT_EFFICIENCY.get(self.gpu.name, _FALLBACK_EFFICIENCY)
+        eff_c = p.compute_efficiency or eff_c
+        eff_m = p.memory_efficiency or eff_m
+        embed = m.vocab_size * m.hidden_size
+        set_ = object.__setattr__  # frozen: precompute coefficients once, for speed
+        set_(self, "compute_rate", eff_c * self.gpu.flops_per_s * self.tp)
+        set_(self, "memory_rate", eff_m * self.gpu.hbm_bytes_per_s * self.tp)
+        # The input embedding is a lookup; the LM head runs only for sampled positions.
+        set_(self, "flops_per_token", 2.0 * (m.active_params - 2 * embed))
+        set_(self, "flops_per_logit", 2.0 * embed)
+        set_(
+            self,
+            "attn_flops_per_pair",
+            4.0 * m.num_attention_heads * m.head_dim * m.num_hidden_layers,
+        )
+        set_(self, "kv_bytes_per_token", float(m.kv_bytes_per_token_bf16))
+        bytes_per_param = m.weight_bytes_bf16 / m.params_total
+        weight_read = m.weight_bytes_bf16 - embed * bytes_per_param
+        if m.is_moe:
+            assert m.num_experts and m.num_experts_per_tok and m.moe_intermediate_size
+            expert = 3.0 * m.hidden_size * m.moe_intermediate_size * bytes_per_param
+            expert_bytes = m.num_hidden_layers * m.num_experts * expert
+            set_(self, "dense_weight_bytes", weight_read - expert_bytes)
+            set_(self, "expert_weight_bytes", expert_bytes)
+            set_(self, "expert_miss_prob", 1.0 - m.num_experts_per_tok / m.num_experts)
+        else:
+            set_(self, "dense_weight_bytes", weight_read)
+            set_(self, "expert_weight_bytes", 0.0)
+            set_(self, "expert_miss_prob", 1.0)
+        if self.tp > 1:
+            ring = 2.0 * (self.tp - 1) / self.tp
+            act_bytes = m.hidden_size * 2.0  # bf16 activations per token
+            n_ar = 2 * m.num_hidden_layers
+            set_(self, "tp_fixed_s", n_ar * p.allreduce_latency_s)
+            set_(
+                self,
+                "tp_per_token_s",
+                n_ar * ring * act_bytes / (self.gpu.nvlink_gb_s_per_dir * 1e9),
+            )
+        else:
+            set_(self, "tp_fixed_s", 0.0)
+            set_(self, "tp_per_token_s", 0.0)
+
+    # -- memory ------------------------------------------------------------------------
+
+    @property
+    def weight_bytes(self) -> float:
+        return float(self.model.weight_bytes_bf16)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV-cache tokens that fit: usable HBM of all tp GPUs minus weights and reserves.
+
+        Zero when the weights do not fit (such a worker cannot serve; use a larger tp).
+        """
+        p = self.params
+        usable = self.tp * (self.gpu.hbm_bytes * p.memory_utilisation - p.activation_reserve_bytes)
+        free = usable - self.weight_bytes
+        return max(0, int(free // self.model.kv_bytes_per_token_bf16))
+
+    def weight_bytes_read(self, num_tokens: int) -> float:
+        """Weight bytes one iteration over `num_tokens` tokens reads (MoE: experts touched)."""
+        if num_tokens <= 0:
+            return 0.0
+        if self.expert_weight_bytes == 0.0:
+            return self.dense_weight_bytes
+        coverage = 1.0 - self.expert_miss_prob**num_tokens
+        return self.dense_weight_bytes + self.expert_weight_bytes * coverage
+
+    # -- one iteration -----------------------------------------------------------------
+
+    def iteration_time_s(
+        self,
+        *,
+        num_prefill_tokens: int = 0,
+        prefill_pairs: float = 0.0,
+        prefill_prefix_tokens: int = 0,
+        num_prefill_logits: int = 0,
+        num_decode: int = 0,
+        decode_context_tokens: int = 0,
+    ) -> float:
+        """Time of one iteration.
+
+        `prefill_pairs`: attention (query, key) pairs of all prefill chunks (see
+        `chunk_pairs`); `prefill_prefix_tokens`: KV tokens before the chunks, read once;
+        `num_prefill_logits`: chunks that end a prompt (they sample a token);
+        `decode_context_tokens`: sum of the decoding sequences' context lengths.
+        """
+        tokens = num_prefill_tokens + num_decode
+        if tokens == 0:
+            return 0.0
+        flops = (
+            self.flops_per_token * tokens
+            + self.flops_per_logit * (num_decode + num_prefill_logits)
+            + self.attn_flops_per_pair * (prefill_pairs + decode_context_tokens)
+        )
+        kv = self.kv_bytes_per_token * (decode_context_tokens + prefill_prefix_tokens + tokens)
+        mem = self.weight_bytes_read(tokens) + kv
+        p = self.params
+        busy = max(flops / self.compute_rate, mem / self.memory_rate)
+        return (
+            busy
+            + self.tp_fixed_s
+            + self.tp_per_token_s * tokens
+            + p.iteration_overhead_s
+            + p.per_seq_overhead_s * (num_decode + num_prefill_logits)
+        )
+
+    @staticmethod
+    def chunk_pairs(start_pos: int, num_tokens: int) -> float:
+        """Causal attention pairs of a chunk of `num_tokens` at positions start_pos.. ."""
+        return num_tokens * start_pos + num_tokens * (num_tokens + 1) / 2.0
+
+    def decode_step_time_s(self, num_decode: int, context_tokens: int) -> float:
+        """One decode-only iteration of `num_decode` sequences whose contexts sum to
+        `context_tokens`."""
+        return self.iteration_time_s(num_decode=num_decode, decode_context_tokens=context_tokens)
+
+    def prefill_time_s(
+        self, num_tokens: int, cached_tokens: int = 0, chunk_tokens: int = 0
+    ) -> float:
+        """A prefill of `num_tokens` new tokens after `cached_tokens` cached ones, alone on
+        the worker, in chunks of `chunk_tokens` (0: one chunk). Samples the first token."""
+        if num_tokens <= 0:
+            return 0.0
+        chunk = chunk_tokens if chunk_tokens > 0 else num_tokens
+        total, done = 0.0, 0
+        while done < num_tokens:
+            n = min(chunk, num_tokens - done)
+            pos = cached_tokens + done
+            done += n
+            total += self.iteration_time_s(
+                num_prefill_tokens=n,
+                prefill_pairs=self.chunk_pairs(pos, n),
+                prefill_prefix_tokens=pos,
+                num_prefill_logits=1 if done == num_tokens else 0,
+            )
+        return total
+
+    # -- decode stretches (closed form) --------------------------------------------------
+
+    def _decode_linear(self, d: int, ctx0: int) -> tuple[float, float, float, float, float]:
+        """Step n of a decode-only stretch takes max(c0 + c1*n, m0 + m1*n) + fixed."""
+        p = self.params
+        c0 = (
+            self.flops_per_token * d + self.flops_per_logit * d + self.attn_flops_per_pair * ctx0
+        ) / self.compute_rate
+        c1 = self.attn_flops_per_pair * d / self.compute_rate
+        m0 = (self.weight_bytes_read(d) + self.kv_bytes_per_token * (ctx0 + d)) / self.memory_rate
+        m1 = self.kv_bytes_per_token * d / self.memory_rate
+        fixed = (
+            self.tp_fixed_s
+            + self.tp_per_token_s * d
+            + p.iteration_overhead_s
+            + p.per_seq_overhead_s * d
+        )
+        return c0, c1, m0, m1, fixed
+
+    def decode_stretch_time_s(self, num_decode: int, context_tokens: int, num_steps: int) -> float:
+        """Total time of `num_steps` decode-only iterations; each step every one of the
+        `num_decode` sequences gains one token, so the context sum grows by num_decode."""
+        if num_steps <= 0 or num_decode <= 0:
+            return 0.0
+        c0, c1, m0, m1, fixed = self._decode_linear(num_decode, context_tokens)
+        return _sum_max_linear(c0, c1, m0, m1, num_steps) + fixed * num_steps
+
+    def decode_steps_within(
+        self, num_decode: int, context_tokens: int, budget_s: float, max_steps: int
+    ) -> tuple[int, float]:
+        """The most whole decode steps (<= max_steps) that fit in `budget_s`, and their time."""
+        if budget_s <= 0 or max_steps <= 0:
+            return 0, 0.0
+        total = self.decode_stretch_time_s(num_decode, context_tokens, max_steps)
+        if total <= budget_s:
+            return max_steps, total
+        lo, hi = 0, max_steps  # invariant: time(lo) <= budget < time(hi)
+        first = self.decode_step_time_s(num_decode, context_tokens)
+        if first > budget_s:
+            return 0, 0.0
+        guess = min(max_steps - 1, max(1, int(budget_s / first)))
+        if self.decode_stretch_time_s(num_decode, context_tokens, guess) <= budget_s:
+            lo = guess
+        else:
+            hi = guess
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.decode_stretch_time_s(num_decode, context_tokens, mid) <= budget_s:
+                lo = mid
+            else:
+                hi = mid
+        return lo, self.decode_stretch_time_s(num_decode, context_tokens, lo)
+
+    # -- KV transfer -----------------------------------------------------------------------
+
+    def kv_transfer_time_s(self, num_tokens: int, *, same_node: bool = False) -> float:
+        """Moving the KV of `num_tokens` tokens to another worker (prefill -> decode).
+
+        Within a node over NVLink (per direction, all tp GPUs in parallel); across nodes over
+        `inter_node_bytes_per_s` per GPU NIC, tp NICs in parallel.
+        """
+        if num_tokens <= 0:
+            return 0.0
+        nbytes = num_tokens * self.kv_bytes_per_token
+        link = (
+            self.gpu.nvlink_gb_s_per_dir * 1e9 if same_node else self.params.inter_node_bytes_per_s
+        )
+        return self.params.transfer_latency_s + nbytes / (link * self.tp)
+
+
+def _sum_linear(a: float, b: float, n0: int, n1: int) -> float:
+    """sum_{n=n0}^{n1-1} (a + b*n)."""
+    k = n1 - n0
+    if k <= 0:
+        return 0.0
+    return a * k + b * (n0 + n1 - 1) * k / 2.0
+
+
+def _sum_max_linear(c0: float, c1: float, m0: float, m1: float, k: int) -> float:
+    """sum_{n=0}^{k-1} max(c0 + c1*n, m0 + m1*n), in closed form (one crossover at most)."""
+    if c1 == m1:
+        return _sum_linear(max(c0, m0), c1, 0, k)
+    # crossover n* where c0 + c1 n = m0 + m1 n
+    n_star = (m0 - c0) / (c1 - m1)
+    if n_star <= 0:  # one side dominates from n = 0 on: the one with the larger slope
+        return _sum_linear(c0, c1, 0, k) if c1 > m1 else _sum_linear(m0, m1, 0, k)
+    if n_star >= k:  # the side that is larger at n = 0 dominates throughout
+        return _sum_linear(c0, c1, 0, k) if c0 >= m0 else _sum_linear(m0, m1, 0, k)
+    split = math.ceil(n_star)
+    first_c = c0 >= m0
+    head = _sum_linear(c0, c1, 0, split) if first_c else _sum_linear(m0, m1, 0, split)
+    tail = _sum_linear(m0, m1, split, k) if first_c else _sum_linear(c0, c1, split, k)
+    return head + tail

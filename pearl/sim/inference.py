@@ -1,0 +1,493 @@
+"""A simulated inference worker: continuous batching with chunked prefill, advanced
+analytically between batch-changing events.
+
+Iteration semantics (vLLM-like; paper §2, §4.3.1): at each iteration boundary the worker
+composes one iteration from every decoding request (one token each), the prompt chunks of
+admitted requests still prefilling, and new admissions from the FIFO queue, all under a
+token budget (`max_batched_tokens`). So on a colocated worker prefill chunks share - and
+lengthen - the iterations of the decodes: prefill interrupts decode. A prefill-only worker
+hands requests back when their prompt is done (KV ready to transfer, first token sampled);
+a decode-only worker takes requests whose KV has arrived and only decodes.
+
+KV memory: the worker's pool (`kv_capacity_tokens`) holds the running requests' KV and the
+idle prefixes of the prefix cache. Admission allocates the whole prompt (FIFO head-of-line
+blocking when it does not fit, after evicting idle prefixes LRU); decode growth evicts idle
+prefixes and then preempts the most recently admitted request, which keeps its generated
+tokens and recomputes its KV later (preemption with recompute).
+
+Speed: iterations are grouped into segments that change nothing observable inside them:
+a stretch of identical decode-only iterations (timed in closed form by the hardware model)
+or one or a few mixed iterations. A segment is composed at a boundary with the state it
+sees; a decode stretch is cut short at the first boundary after a new submission.
+
+Driving contract (one worker, times non-decreasing across calls):
+  - `advance(now_s)` completes every segment that ends at or before now_s and returns the
+    completions (each with its own end time <= now_s), in time order;
+  - `submit(request, now_s)` queues a turn (call `advance(now_s)` first: completions that a
+    late submit has to complete internally are buffered for the next `advance`);
+  - `next_change_time_s()` is when the worker next wants `advance` (the end of its current
+    segment; math.inf when idle). It may yield no completion (an internal boundary);
+  - `interrupt_all(now_s)` aborts every request, returning each one's generated prefix; the
+    iteration running at now_s is lost.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import deque
+
+from pearl.control.state import Role
+from pearl.sim.hardware import WorkerHardware
+from pearl.sim.inference_types import (
+    Completion,
+    CompletionKind,
+    Partial,
+    Phase,
+    Request,
+    StepStats,
+    WorkerConfig,
+)
+from pearl.sim.prefix_cache import PrefixCache
+from pearl.sim.worker_state import Segment, Seq, WorkerStats
+
+
+class InferenceWorker:
+    """One simulated rollout worker (a model replica on `hardware.tp` GPUs)."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        hardware: WorkerHardware,
+        role: Role = Role.COLOCATED,
+        config: WorkerConfig | None = None,
+        *,
+        now_s: float = 0.0,
+    ) -> None:
+        self.worker_id = worker_id
+        self.hw = hardware
+        self.config = config or WorkerConfig()
+        self.kv_capacity_tokens = hardware.kv_capacity_tokens
+        if self.kv_capacity_tokens <= 0:
+            raise ValueError(f"{worker_id}: weights do not fit on {hardware.tp} GPU(s)")
+        self._watermark = math.ceil(self.config.kv_watermark_fraction * self.kv_capacity_tokens)
+        self.cache = PrefixCache(
+            int(self.config.prefix_cache_fraction * self.kv_capacity_tokens),
+            enabled=self.config.prefix_caching,
+        )
+        self.role = role
+        self._t = now_s  # last iteration boundary (or last idle time)
+        self._waiting: deque[Seq] = deque()
+        self._prefilling: list[Seq] = []
+        self._decoding: list[Seq] = []
+        self._ctx_sum = 0  # sum of the decoding requests' KV tokens
+        self._kv_active = 0  # KV tokens allocated to admitted requests
+        self._seg: Segment | None = None
+        self._admissions = 0
+        self._done: list[Completion] = []
+        self.stats = WorkerStats()
+        self._stats_mark = (now_s, self.stats.snapshot())
+
+    # -- public queries ------------------------------------------------------------------
+
+    @property
+    def budget_tokens(self) -> int:
+        c = self.config
+        return c.prefill_max_batched_tokens if self.role == Role.PREFILL else c.max_batched_tokens
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._waiting) + len(self._prefilling) + len(self._decoding)
+
+    @property
+    def num_decoding(self) -> int:
+        return len(self._decoding)
+
+    @property
+    def kv_used_tokens(self) -> int:
+        """KV held by running requests (idle cached prefixes excluded)."""
+        return self._kv_active
+
+    @property
+    def time_s(self) -> float:
+        """The worker's last iteration boundary (<= the last `advance` time)."""
+        return self._t
+
+    def holds_prefix(self, traj_id: int) -> int:
+        """Tokens of `traj_id`'s context this worker holds as an idle cached prefix."""
+        return self.cache.peek(traj_id)
+
+    def in_flight(self) -> list[tuple[int, int]]:
+        """(traj_id, turn) of every request on this worker."""
+        seqs = [*self._waiting, *self._prefilling, *self._decoding]
+        return [(s.req.traj_id, s.req.turn) for s in seqs]
+
+    # -- driving ---------------------------------------------------------------------------
+
+    def submit(self, request: Request, now_s: float) -> None:
+        """Queue one turn at now_s; it joins the first iteration that starts at or after now_s.
+
+        Raises ValueError if the request could never fit in this worker's KV pool.
+        """
+        remaining = request.decode_tokens - request.generated_tokens
+        if request.prompt_tokens + remaining + self._watermark + 1 > self.kv_capacity_tokens:
+            raise ValueError(
+                f"{self.worker_id}: request of {request.prompt_tokens}+{remaining} tokens "
+                f"exceeds KV capacity {self.kv_capacity_tokens}"
+            )
+        self._advance_to(now_s)
+        seq = Seq(request, now_s, prefilled=self.role == Role.DECODE)
+        self._waiting.append(seq)
+        seg = self._seg
+        if seg is not None and seg.is_decode_stretch and seg.start_s < now_s < seg.end_s:
+            self._truncate_stretch(seg, now_s)
+
+    def advance(self, now_s: float) -> list[Completion]:
+        """Run to now_s; return the completions since the last call, in time order."""
+        self._advance_to(now_s)
+        done, self._done = self._done, []
+        return done
+
+    def next_change_time_s(self) -> float:
+        if self._seg is None and self._has_work():
+            self._compose()
+        return self._seg.end_s if self._seg is not None else math.inf
+
+    def interrupt_all(self, now_s: float) -> list[Partial]:
+        """Abort every request at now_s, keeping each one's generated tokens (paper §4.5).
+
+        Iterations finished by now_s count; the one running at now_s is lost. The computed KV
+        of interrupted requests stays as idle cached prefixes (unless this is a decode
+        worker); `clear_cache()` drops it when the worker's device state goes away.
+        """
+        self._advance_to(now_s)
+        seg = self._seg
+        if seg is not None:
+            n = self._iters_done_by(seg, now_s)
+            if n > 0:
+                self._apply(seg, n)
+            self._seg = None
+        self._t = max(self._t, now_s)
+        out: list[Partial] = []
+        for phase, seqs in (
+            (Phase.DECODE, self._decoding),
+            (Phase.PREFILL, self._prefilling),
+            (Phase.QUEUED, list(self._waiting)),
+        ):
+            for s in seqs:
+                r = s.req
+                out.append(
+                    Partial(
+                        self.worker_id,
+                        r.traj_id,
+                        r.turn,
+                        r.context_tokens,
+                        r.decode_tokens,
+                        s.generated,
+                        phase,
+                        s.t_queued_s,
+                    )
+                )
+                if self.role != Role.DECODE and phase != Phase.QUEUED:
+                    kv = s.kv if phase == Phase.DECODE else s.prefill_done
+                    self.cache.put(r.traj_id, kv)
+        self._waiting.clear()
+        self._prefilling.clear()
+        self._decoding.clear()
+        self._ctx_sum = 0
+        self._kv_active = 0
+        return out
+
+    def set_role(self, role: Role) -> None:
+        """Change role; only an empty worker may change (drain or interrupt it first)."""
+        if self.num_in_flight:
+            raise ValueError(f"{self.worker_id}: cannot change role with requests in flight")
+        self.role = role
+
+    def clear_cache(self) -> None:
+        """Forget every cached prefix (device state released, e.g. GPU returned)."""
+        self.cache.clear()
+
+    def take_stats(self, now_s: float) -> StepStats:
+        """Iteration statistics since the previous call (or construction), up to now_s."""
+        t0, before = self._stats_mark
+        after = self.stats.snapshot()
+        self._stats_mark = (now_s, after)
+        d = [a - b for a, b in zip(after, before, strict=True)]
+        return StepStats(
+            self.worker_id,
+            str(self.role),
+            t0,
+            now_s,
+            int(d[0]),
+            d[1],
+            d[2],
+            int(d[3]),
+            int(d[4]),
+            int(d[5]),
+            int(d[6]),
+            d[7],
+        )
+
+    # -- internals: time -------------------------------------------------------------------
+
+    def _has_work(self) -> bool:
+        return bool(self._waiting or self._prefilling or self._decoding)
+
+    def _advance_to(self, now_s: float) -> None:
+        while True:
+            seg = self._seg
+            if seg is None:
+                if not self._has_work():
+                    self._t = max(self._t, now_s)
+                    return
+                if self._t >= now_s:
+                    return  # compose lazily: more submissions may come at this instant
+                self._compose()
+                seg = self._seg
+                assert seg is not None
+            if seg.end_s > now_s:
+                return
+            self._apply(seg, seg.iters)
+            self._seg = None
+
+    def _seg_time(self, seg: Segment, n: int) -> float:
+        if n <= 0:
+            return 0.0
+        if seg.is_decode_stretch:
+            return self.hw.decode_stretch_time_s(seg.d, seg.ctx0, n)
+        return seg.ends[n - 1] - seg.start_s
+
+    def _iters_done_by(self, seg: Segment, t_s: float) -> int:
+        if seg.is_decode_stretch:
+            return self.hw.decode_steps_within(seg.d, seg.ctx0, t_s - seg.start_s, seg.iters)[0]
+        return bisect_right(seg.ends, t_s)
+
+    def _truncate_stretch(self, seg: Segment, now_s: float) -> None:
+        """End the stretch at its first boundary at or after now_s (a new arrival joins)."""
+        k, elapsed = self.hw.decode_steps_within(seg.d, seg.ctx0, now_s - seg.start_s, seg.iters)
+        if seg.start_s + elapsed < now_s:
+            k += 1
+        if k < seg.iters:
+            seg.iters = k
+            seg.end_s = seg.start_s + self._seg_time(seg, k)
+
+    # -- internals: composing an iteration (or a stretch of identical ones) --------------
+
+    def _free_tokens(self) -> int:
+        return self.kv_capacity_tokens - self._kv_active - self.cache.tokens
+
+    def _make_room(self, need_tokens: int, *, preempt: bool) -> bool:
+        """Free KV for `need_tokens`: evict idle prefixes (LRU), then (if allowed) preempt
+        the most recently admitted running requests. True if the room exists."""
+        free = self._free_tokens()
+        if free < need_tokens:
+            free += self.cache.evict(need_tokens - free)
+        while preempt and free < need_tokens and (self._decoding or self._prefilling):
+            free += self._preempt_last()
+        return free >= need_tokens
+
+    def _preempt_last(self) -> int:
+        victim = max([*self._decoding, *self._prefilling], key=lambda s: s.admit_no)
+        if victim.in_decode:
+            self._decoding.remove(victim)
+            self._ctx_sum -= victim.kv
+        else:
+            self._prefilling.remove(victim)
+        freed = victim.alloc
+        self._kv_active -= freed
+        victim.preempt()
+        self.stats.num_preemptions += 1
+        self._waiting.appendleft(victim)
+        return freed
+
+    def _try_admit(self, seq: Seq) -> bool:
+        prompt = seq.prompt
+        own = self.cache.take(seq.req.traj_id)
+        need = prompt + 1 + self._watermark
+        if not self._make_room(need, preempt=False):
+            if own:
+                self.cache.put(seq.req.traj_id, own)
+            return False
+        cached = 0
+        if not seq.prefilled:
+            if not seq.req.full_prefill:
+                cached = min(own, prompt - 1)
+            self.cache.record_lookup(cached)
+        self._admissions += 1
+        seq.admit(self._admissions, self._t, cached)
+        self._kv_active += prompt
+        return True
+
+    def _compose(self) -> None:
+        """Compose the segment starting at the current boundary `self._t`."""
+        t = self._t
+        cfg = self.config
+        if self._decoding:
+            self._make_room(len(self._decoding), preempt=True)
+        budget = self.budget_tokens - len(self._decoding)
+        chunks: list[tuple[Seq, int]] = []
+        for s in self._prefilling:
+            if budget <= 0:
+                break
+            n = min(s.prefill_left, budget)
+            chunks.append((s, n))
+            budget -= n
+        running = len(self._decoding) + len(self._prefilling)
+        while self._waiting and budget > 0 and running < cfg.max_num_seqs:
+            s = self._waiting[0]
+            assert s.t_submit_s <= t, "a request was composed before it arrived"
+            if not self._try_admit(s):
+                break
+            self._waiting.popleft()
+            running += 1
+            if s.prefilled:  # KV arrived (decode worker): decode from this iteration on
+                s.start_decode(t)
+                self._decoding.append(s)
+                self._ctx_sum += s.kv
+                budget -= 1
+            else:
+                s.t_prefill_start_s = t
+                self._prefilling.append(s)
+                n = min(s.prefill_left, budget)
+                chunks.append((s, n))
+                budget -= n
+        d = len(self._decoding)
+        if chunks:
+            self._seg = self._mixed_segment(t, d, chunks)
+        elif d:
+            self._seg = self._decode_stretch(t, d)
+        else:
+            assert not self._waiting, "work is waiting but nothing can run"
+            self._seg = None
+
+    def _growth_steps(self, d: int, want: int) -> int:
+        """Iterations (<= want) for which d decodes can grow without preemption."""
+        if d == 0:
+            return want
+        self._make_room(min(want * d, self.kv_capacity_tokens), preempt=False)
+        return max(1, min(want, self._free_tokens() // d))
+
+    def _decode_stretch(self, t: float, d: int) -> Segment:
+        k = min(s.left for s in self._decoding)
+        k = self._growth_steps(d, k)
+        seg = Segment(t, d, self._ctx_sum, None, k)
+        seg.end_s = t + self.hw.decode_stretch_time_s(d, self._ctx_sum, k)
+        return seg
+
+    def _mixed_segment(self, t: float, d: int, chunks: list[tuple[Seq, int]]) -> Segment:
+        iters = 1
+        if len(chunks) == 1:
+            s, n = chunks[0]
+            full = (s.prefill_left - 1) // n  # identical iterations before the final chunk
+            if full > 1:
+                want = min([full] + [x.left for x in self._decoding])
+                iters = self._growth_steps(d, want)
+        seg = Segment(t, d, self._ctx_sum, chunks, iters)
+        hw = self.hw
+        ends: list[float] = []
+        pre: list[float] = []
+        now, ctx = t, self._ctx_sum
+        for i in range(iters):
+            tokens = pairs = prefix = logits = 0
+            for s, n in chunks:
+                pos = s.prefill_done + i * n
+                tokens += n
+                pairs += hw.chunk_pairs(pos, n)
+                prefix += pos
+                logits += pos + n >= s.prompt
+            dt = hw.iteration_time_s(
+                num_prefill_tokens=tokens,
+                prefill_pairs=pairs,
+                prefill_prefix_tokens=prefix,
+                num_prefill_logits=logits,
+                num_decode=d,
+                decode_context_tokens=ctx,
+            )
+            pre.append(dt - (hw.decode_step_time_s(d, ctx) if d else 0.0))
+            now += dt
+            ends.append(now)
+            ctx += d
+        seg.ends = ends
+        seg.prefill_s = pre
+        seg.end_s = ends[-1]
+        return seg
+
+    # -- internals: applying a segment -----------------------------------------------------
+
+    def _apply(self, seg: Segment, n: int) -> None:
+        """Apply the first n iterations of `seg` (all of them unless interrupted)."""
+        t_end = seg.start_s + self._seg_time(seg, n)
+        d = seg.d
+        st = self.stats
+        st.num_iterations += n
+        st.busy_s += t_end - seg.start_s
+        if d:
+            st.decode_iterations += n
+            st.decode_tokens += d * n
+            st.decode_seq_steps += d * n
+            st.decode_context_steps += n * seg.ctx0 + d * n * (n - 1) / 2
+            for s in self._decoding:
+                s.generated += n
+                s.kv += n
+            self._ctx_sum += d * n
+            self._kv_active += d * n
+        self._t = t_end
+        finished_prefill: list[Seq] = []
+        if seg.chunks is not None:
+            st.prefill_busy_s += sum(seg.prefill_s[:n])
+            for s, c in seg.chunks:
+                s.prefill_done += c * n
+                st.prefill_tokens += c * n
+                s.new_prefill += c * n
+                if s.prefill_done >= s.prompt:
+                    finished_prefill.append(s)
+        if d:
+            still: list[Seq] = []
+            for s in self._decoding:
+                if s.left <= 0:
+                    self._finish(s, t_end)
+                else:
+                    still.append(s)
+            self._decoding = still
+        for s in finished_prefill:
+            self._prefilling.remove(s)
+            s.finish_prefill(t_end)
+            if self.role == Role.PREFILL or s.left <= 0:
+                self._finish(s, t_end)
+            else:
+                s.start_decode(t_end)
+                self._decoding.append(s)
+                self._ctx_sum += s.kv
+
+    def _finish(self, s: Seq, t_end: float) -> None:
+        r = s.req
+        if s.in_decode:
+            self._ctx_sum -= s.kv
+        self._kv_active -= s.alloc
+        prefill_role = self.role == Role.PREFILL
+        kind = CompletionKind.PREFILL if prefill_role else CompletionKind.DECODE
+        if self.role != Role.DECODE:
+            self.cache.put(r.traj_id, s.kv)
+        self._done.append(
+            Completion(
+                kind=kind,
+                worker_id=self.worker_id,
+                traj_id=r.traj_id,
+                turn=r.turn,
+                context_tokens=r.context_tokens,
+                prompt_tokens=s.prompt,
+                cached_prefix_tokens=s.cached,
+                new_prefill_tokens=s.new_prefill,
+                generated_tokens=s.generated,
+                decode_steps=s.decode_steps,
+                finished=s.left <= 0,
+                num_preemptions=s.num_preemptions,
+                t_queued_s=s.t_queued_s,
+                t_submit_s=s.t_submit_s,
+                t_prefill_start_s=s.t_prefill_start_s,
+                t_prefill_end_s=s.t_prefill_end_s,
+                t_decode_start_s=s.t_decode_start_s,
+                t_decode_end_s=None if prefill_role else t_end,
+            )
+        )
