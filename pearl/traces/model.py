@@ -248,7 +248,6 @@ def _check(trace: AvailabilityTrace) -> None:
         raise TraceError(
             f"must be >= 0, got {trace.reclaim_notice_s}", "reclaim_notice_s", "reclaim_notice_s"
         )
-    kinds = {c.is_count for c in trace.changes}
     live: set[str] = set()
     previous = -1.0
     for i, c in enumerate(trace.changes):
@@ -266,7 +265,7 @@ def _check(trace: AvailabilityTrace) -> None:
                 "time_s",
             )
         previous = c.time_s
-        if len(kinds) > 1:
+        if c.is_count != trace.changes[0].is_count:
             raise TraceError(
                 "mixes count changes (num_gpus) and id changes (add/remove) in one trace",
                 where,
