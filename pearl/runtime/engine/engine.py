@@ -277,10 +277,12 @@ class LLMEngine:
 
     # -- weights and device state --------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """HF-named weights on CPU (they may alias the engine's tensors on a CPU device)."""
+        """HF-named copies of the weights on CPU (never aliases of the live parameters)."""
         self._check_ready()
         assert self.runner.model is not None
-        return {k: v.detach().to("cpu") for k, v in self.runner.model.state_dict().items()}
+        return {
+            k: v.detach().to("cpu", copy=True) for k, v in self.runner.model.state_dict().items()
+        }
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Install a weight snapshot and set `weight_version`. Prefix-cache entries of older
@@ -303,9 +305,6 @@ class LLMEngine:
             return []
         aborted = [self.abort(rid) for rid in list(self._seqs)]
         self._offloaded = self.state_dict()
-        self._offloaded = {
-            k: v.clone() if v.device == self.device else v for k, v in self._offloaded.items()
-        }
         self.runner.free()
         self.blocks = BlockManager(self.num_kv_blocks, self.block_size)
         self.blocks.set_namespace(self.weight_version)

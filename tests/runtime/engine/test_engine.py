@@ -1,0 +1,129 @@
+"""LLMEngine request path: refusals, abort, release/restore, weights by version."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pearl.errors import InputError
+from pearl.runtime.engine import (
+    ByteTokenizer,
+    EngineReleased,
+    LLMEngine,
+    ModelConfig,
+    RequestRejected,
+    SamplingParams,
+)
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=6)
+
+
+@pytest.fixture
+def engine(tiny_cfg, tiny_engine_weights) -> LLMEngine:
+    e = LLMEngine(tiny_cfg, block_size=4, num_kv_blocks=32)
+    e.load_weights(tiny_engine_weights, version=1)
+    return e
+
+
+def test_request_over_context_limit_is_refused(engine) -> None:
+    """prompt + max_new_tokens beyond the context limit -> RequestRejected, engine unharmed."""
+    assert engine.max_model_len == 128
+    with pytest.raises(RequestRejected) as err:
+        engine.add_request("long", list(range(120)), SamplingParams(max_new_tokens=9))
+    assert err.value.reason == "context_limit" and "128" in str(err.value)
+    assert not engine.has_unfinished()
+    assert engine.generate([[1, 2, 3]], GREEDY)[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "reason"), [([], "empty_prompt"), ([1, 260], "bad_token"), ([-1], "bad_token")]
+)
+def test_bad_requests_are_refused(engine, prompt, reason) -> None:
+    with pytest.raises(RequestRejected) as err:
+        engine.add_request("bad", prompt, GREEDY)
+    assert err.value.reason == reason
+
+
+def test_duplicate_and_unknown_ids(engine) -> None:
+    engine.add_request("a", [1, 2], GREEDY)
+    with pytest.raises(RequestRejected, match="duplicate_id"):
+        engine.add_request("a", [1, 2], GREEDY)
+    with pytest.raises(RequestRejected, match="unknown_id"):
+        engine.abort("zzz")
+
+
+def test_abort_returns_generated_prefix(engine) -> None:
+    """abort() hands back every token generated so far and frees the KV."""
+    engine.add_request("a", [5, 6, 7, 8, 9], SamplingParams(temperature=0, max_new_tokens=50))
+    streamed = []
+    for _ in range(4):
+        for out in engine.step():
+            streamed.extend(out.new_token_ids)
+    out = engine.abort("a")
+    assert out.finish_reason == "abort" and out.finished
+    assert list(out.output_token_ids) == streamed and len(streamed) == 4
+    assert len(out.output_logprobs) == 4
+    assert not engine.has_unfinished() and engine.blocks.num_free_blocks == 32
+
+
+def test_stop_token_finishes(engine) -> None:
+    first = engine.generate([[3, 4, 5]], GREEDY)[0].output_token_ids
+    stop = SamplingParams(temperature=0, max_new_tokens=6, stop_token_ids=(first[1],))
+    out = engine.generate([[3, 4, 5]], stop)[0]
+    assert out.finish_reason == "stop" and out.output_token_ids == first[:2]
+
+
+def test_release_and_restore(engine) -> None:
+    """release() aborts live requests and drops device state; restore() resumes identically."""
+    before = engine.generate([[9, 8, 7]], GREEDY)[0].output_token_ids
+    engine.add_request("live", [1, 2, 3], GREEDY)
+    engine.step()
+    aborted = engine.release()
+    assert [o.request_id for o in aborted] == ["live"] and len(aborted[0].output_token_ids) == 1
+    assert engine.is_released and engine.runner.kv is None and engine.runner.model is None
+    with pytest.raises(EngineReleased):
+        engine.add_request("x", [1], GREEDY)
+    engine.restore()
+    assert engine.generate([[9, 8, 7]], GREEDY)[0].output_token_ids == before
+
+
+def test_load_weights_by_version(engine, tiny_cfg) -> None:
+    """load_weights switches outputs and version; state_dict round-trips."""
+    original = engine.state_dict()
+    before = engine.generate([[9, 8, 7]], GREEDY)[0].output_token_ids
+    other = {
+        k: v * 8 if v.dim() > 1 else v for k, v in LLMEngine(tiny_cfg, seed=11).state_dict().items()
+    }
+    engine.load_weights(other, version=2)
+    assert engine.weight_version == 2
+    assert engine.generate([[9, 8, 7]], GREEDY)[0].output_token_ids != before
+    engine.release()
+    engine.load_weights(original, version=3)  # while released: installed at restore
+    engine.restore()
+    assert engine.weight_version == 3
+    assert engine.generate([[9, 8, 7]], GREEDY)[0].output_token_ids == before
+
+
+def test_load_weights_rejects_wrong_shapes(engine) -> None:
+    sd = engine.state_dict()
+    sd["model.norm.weight"] = torch.ones(3)
+    with pytest.raises(InputError) as err:
+        engine.load_weights(sd, version=9)
+    assert err.value.field == "model.norm.weight" and engine.weight_version == 1
+
+
+def test_seeded_init_is_deterministic(tiny_cfg) -> None:
+    a, b = LLMEngine(tiny_cfg, seed=1).state_dict(), LLMEngine(tiny_cfg, seed=1).state_dict()
+    c = LLMEngine(tiny_cfg, seed=2).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["lm_head.weight"], c["lm_head.weight"])
+
+
+def test_byte_tokenizer_round_trip() -> None:
+    tok = ByteTokenizer()
+    text = "héllo, wörld ✓"
+    ids = tok.encode(text, add_bos=True, add_eos=True)
+    assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id
+    assert tok.decode(ids) == text
+    assert tok.vocab_size == ModelConfig.tiny().vocab_size
+    assert max(ids) < tok.vocab_size
