@@ -45,3 +45,17 @@ def test_segments_reproduce_from_the_real_traces(spec) -> None:  # type: ignore[
     if not (SHARED / spec.source.folder / spec.source.file).exists():
         pytest.skip("shared real traces not present")
     assert derive(spec, SHARED) == load_bundled(spec.name)
+
+
+@pytest.mark.parametrize("name", ["seg1", "seg2", "seg3"])
+def test_id_stream_plays_back_to_the_mean(name: str) -> None:
+    """The simulator's playback of gpu_events gives mean_gpus * duration_s GPU-seconds."""
+    from pearl.sim.playback import live_gpu_seconds, playback_actions
+
+    tr = load_bundled(name)
+    acts = playback_actions(
+        tr.gpu_events(), reclaim_notice_s=tr.reclaim_notice_s, max_gpus=12, duration_s=7200
+    )
+    gpu_s = live_gpu_seconds(acts, tr.duration_s)
+    assert gpu_s == pytest.approx(tr.stats().mean_gpus * tr.duration_s)
+    assert any(a.kind == "notice" for a in acts) and any(a.kind == "gone" for a in acts)
