@@ -1,0 +1,120 @@
+"""The simulator's driver: world events -> controller -> commands -> world (DESIGN.md).
+
+The loop is the same shape as the runtime's driver:
+
+1. pop the next entry off the world's heap (this advances the virtual clock);
+2. run it: it is a world action (physics, env steps, trainer, trace playback) that may
+   *emit* controller events into the world's outbox;
+3. hand every emitted event, in order, to `controller.handle(event)` and execute each
+   returned command on the world; a command's completion is emitted later (a scheduled
+   entry) or, for synchronous commands, into the same outbox after the current batch.
+
+The driver records what the controller did (commands by kind, state snapshots for the role
+timeline) and stops at `until_s` or when the heap runs dry.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pearl.control.state import ClusterState
+
+
+class ControllerLike(Protocol):
+    """What the driver needs of a controller (contract B)."""
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    def handle(self, event: Any) -> list[Any]: ...
+
+
+class WorldLike(Protocol):
+    """What the driver needs of a world."""
+
+    @property
+    def core(self) -> Any: ...
+
+    def start(self) -> None: ...
+
+    def take_outbox(self) -> list[Any]: ...
+
+    def execute(self, command: Any) -> None: ...
+
+
+@dataclass
+class DriverLog:
+    """What happened, for summaries and plots."""
+
+    num_events: int = 0
+    num_commands: int = 0
+    events_by_kind: Counter[str] = field(default_factory=Counter)
+    commands_by_kind: Counter[str] = field(default_factory=Counter)
+    history: list[tuple[float, ClusterState]] = field(default_factory=list)
+    command_log: list[tuple[float, Any]] = field(default_factory=list)
+
+
+class Driver:
+    """Runs one world with one controller. `keep_commands` keeps every non-Route command
+    with its time (for decision logs and tests)."""
+
+    def __init__(
+        self,
+        world: WorldLike,
+        controller: ControllerLike,
+        *,
+        keep_history: bool = True,
+        keep_commands: bool = True,
+    ) -> None:
+        self.world = world
+        self.controller = controller
+        self.keep_history = keep_history
+        self.keep_commands = keep_commands
+        self.log = DriverLog()
+
+    def run(self, until_s: float, progress: Callable[[float], None] | None = None) -> DriverLog:
+        """Simulate [now, until_s]; `progress(now_s)` is called about every simulated minute."""
+        core = self.world.core
+        self.world.start()
+        self._dispatch()
+        next_progress = 60.0
+        while True:
+            t = core.peek_time_s()
+            if t is None or t > until_s:
+                break
+            handle = core.pop()
+            handle.payload()
+            self._dispatch()
+            if progress is not None and core.now_s >= next_progress:
+                progress(core.now_s)
+                next_progress = core.now_s + 60.0
+        core.now_s = max(core.now_s, until_s) if core.peek_time_s() is not None else core.now_s
+        if progress is not None:
+            progress(until_s)
+        return self.log
+
+    def _dispatch(self) -> None:
+        """Feed every pending world event to the controller, executing its commands."""
+        world, ctl, log = self.world, self.controller, self.log
+        while True:
+            events = world.take_outbox()
+            if not events:
+                return
+            for event in events:
+                log.num_events += 1
+                log.events_by_kind[type(event).__name__] += 1
+                before = ctl.state
+                commands = ctl.handle(event)
+                for cmd in commands:
+                    log.num_commands += 1
+                    name = type(cmd).__name__
+                    log.commands_by_kind[name] += 1
+                    if self.keep_commands and name != "Route":
+                        log.command_log.append((world.core.now_s, cmd))
+                    world.execute(cmd)
+                after = ctl.state
+                if self.keep_history and after is not before and after != before:
+                    log.history.append((world.core.now_s, after))

@@ -1,0 +1,138 @@
+"""Telemetry of a simulated run in the shared schema (`pearl.control.telemetry`).
+
+The simulator fills the same `TurnRecord` / `WorkerStepRecord` the real runtime writes, so
+the runtime tracker learns from simulated runs exactly as from real ones (issue 5, item 8).
+`TurnTiming` collects a turn's timestamps while it moves through prefill, KV transfer and
+decode; `turn_record` freezes it. Worker iteration statistics come from the inference
+model as interval aggregates (`StepStats`); `worker_step_record` turns one interval into
+its *mean iteration* (batch size, tokens and time per iteration), a representative sample.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pearl.control.telemetry import TelemetryMeta, TurnRecord, WorkerStepRecord, write_jsonl
+from pearl.sim.inference_types import StepStats
+
+
+@dataclass(slots=True)
+class TurnTiming:
+    """Mutable timestamps and counts of one turn in flight."""
+
+    t_queued_s: float
+    weight_version: int = 0
+    prefill_worker: str = ""
+    decode_worker: str | None = None
+    roles: tuple[str, ...] = ()
+    new_prefill_tokens: int = 0
+    cached_prefix_tokens: int = 0
+    context_tokens: int = 0
+    t_prefill_start_s: float | None = None
+    t_prefill_end_s: float | None = None
+    t_kv_start_s: float | None = None
+    t_kv_end_s: float | None = None
+    t_decode_start_s: float | None = None
+    interrupted: bool = False
+    resumed: bool = False
+
+
+def turn_record(
+    timing: TurnTiming,
+    *,
+    traj_id: str,
+    turn: int,
+    step: int,
+    decode_tokens: int,
+    t_decode_end_s: float,
+    t_env_start_s: float | None,
+    t_env_end_s: float | None,
+) -> TurnRecord:
+    """Freeze a finished turn (missing phase times collapse onto their neighbours)."""
+    p_start = timing.t_prefill_start_s if timing.t_prefill_start_s is not None else t_decode_end_s
+    p_start = max(p_start, timing.t_queued_s)
+    p_end = timing.t_prefill_end_s if timing.t_prefill_end_s is not None else p_start
+    p_end = max(p_end, p_start)
+    d_start = timing.t_decode_start_s if timing.t_decode_start_s is not None else p_end
+    d_start = max(d_start, p_end, timing.t_kv_end_s or p_end)
+    return TurnRecord(
+        traj_id=traj_id,
+        turn=turn,
+        step=step,
+        weight_version=timing.weight_version,
+        prefill_worker=timing.prefill_worker,
+        decode_worker=timing.decode_worker,
+        roles=timing.roles,
+        new_prefill_tokens=timing.new_prefill_tokens,
+        cached_prefix_tokens=timing.cached_prefix_tokens,
+        decode_tokens=decode_tokens,
+        context_tokens=timing.context_tokens,
+        t_queued_s=timing.t_queued_s,
+        t_prefill_start_s=p_start,
+        t_prefill_end_s=p_end,
+        t_kv_start_s=timing.t_kv_start_s,
+        t_kv_end_s=timing.t_kv_end_s,
+        t_decode_start_s=d_start,
+        t_decode_end_s=max(t_decode_end_s, d_start),
+        t_env_start_s=t_env_start_s,
+        t_env_end_s=t_env_end_s,
+        interrupted=timing.interrupted,
+        resumed=timing.resumed,
+    )
+
+
+def worker_step_record(stats: StepStats, step: int) -> WorkerStepRecord | None:
+    """The mean iteration of a worker over an interval (None if it ran no iteration)."""
+    n = stats.num_iterations
+    if n <= 0:
+        return None
+    return WorkerStepRecord(
+        worker_id=stats.worker_id,
+        role=stats.role,
+        step=step,
+        t_s=stats.t_end_s,
+        batch_size=max(1, round(stats.decode_seq_steps / n)),
+        prefill_tokens=round(stats.prefill_tokens / n),
+        decode_tokens=round(stats.decode_tokens / n),
+        context_tokens=round(stats.decode_context_steps / n),
+        step_time_s=stats.busy_s / n,
+    )
+
+
+def write_outputs(
+    out_dir: Path,
+    *,
+    turns: Iterable[TurnRecord],
+    worker_steps: Iterable[WorkerStepRecord],
+    meta: TelemetryMeta,
+    decisions: Iterable[dict[str, Any]],
+    summary: dict[str, Any],
+    config_yaml: str,
+    prefix: str = "",
+) -> list[Path]:
+    """Write telemetry.jsonl, decisions.jsonl, summary.json and config.yaml under `out_dir`.
+
+    `prefix` (e.g. "pearl.") distinguishes the files of several policies in one folder.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    tel = out_dir / f"{prefix}telemetry.jsonl"
+    with tel.open("w") as fh:
+        write_jsonl(fh, [*turns, *worker_steps], meta)
+    paths.append(tel)
+    dec = out_dir / f"{prefix}decisions.jsonl"
+    with dec.open("w") as fh:
+        for d in decisions:
+            fh.write(json.dumps(d, separators=(",", ":"), default=str) + "\n")
+    paths.append(dec)
+    summ = out_dir / "summary.json"
+    summ.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    paths.append(summ)
+    cfg = out_dir / "config.yaml"
+    cfg.write_text(config_yaml)
+    paths.append(cfg)
+    return paths

@@ -1,0 +1,461 @@
+"""The simulated world: GPUs, rollout workers, trajectories, environments and the trainer.
+
+It executes the controller's commands (contract B) and emits events back, through an
+outbox the driver empties after every heap entry (`take_outbox`). Physics comes from
+`pearl.sim.inference` (one `InferenceWorker` per rollout worker) and `pearl.sim.hardware`
+(KV transfer); the trajectories from `pearl.sim.workload`; the trainer from
+`pearl.sim.trainer`; preemptible GPUs from trace playback (`pearl.sim.playback`).
+
+A turn's path (paper §2, §4.1): `Route` -> prefill on the prefill worker (colocated: prefill
+and decode there) -> [KV transfer -> decode on the decode worker] -> `TurnFinished` ->
+environment step -> `TrajectoryReady` (or `TrajectoryDone` after the last turn). When all
+trajectories of a rollout step are done: `RolloutStepFinished` with telemetry, and the
+trainer gets the batch.
+
+Reconfiguration costs (paper Table 3) are drawn from the config, seeded: a worker on a
+preemptible GPU takes `expansion_prep_s` to become ready and `expansion_final_s` for its
+first weight sync; a worker on a borrowed training GPU takes `borrow_activation_s`; giving
+training GPUs back takes `borrow_deactivation_s` (in the trainer). Workers created at time 0
+(the reserved pool) start warm.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pearl.control import commands as C
+from pearl.control import events as E
+from pearl.control.state import Gpu, Role, Zone
+from pearl.sim.config import SimConfig
+from pearl.sim.core import (
+    PRIO_COMPLETION,
+    PRIO_DEFAULT,
+    PRIO_GPU_GONE,
+    PRIO_NOTICE,
+    PRIO_OFFER,
+    PRIO_PHYSICS,
+    EventCore,
+    Handle,
+)
+from pearl.sim.hardware import WorkerHardware
+from pearl.sim.inference import InferenceWorker
+from pearl.sim.playback import TraceAction
+from pearl.sim.rollout import interrupt_worker, on_completion, route, start_batch
+from pearl.sim.telemetry_out import TurnTiming, worker_step_record
+from pearl.sim.trainer import Trainer, TrainerCallbacks
+from pearl.sim.workload import Trajectory, TrajectorySampler
+from pearl.specs.hardware import get_gpu, get_model
+from pearl.specs.workload import WorkloadSpec
+
+
+@dataclass(eq=False)
+class SimWorker:
+    """A rollout worker of the world: its engine, GPUs and lifecycle."""
+
+    worker_id: str
+    gpu_ids: tuple[str, ...]
+    zone: Zone
+    engine: InferenceWorker
+    group_id: str
+    born_s: float
+    ready: bool = False
+    synced_once: bool = False
+    draining: bool = False
+    version: int = -1
+    handle: Handle | None = None
+    pending_role: Role | None = None  # a role change waiting for the worker to empty
+    incoming: set[str] = field(default_factory=set)  # trajectories in KV transfer to it
+
+
+@dataclass(eq=False)
+class TrajRun:
+    """The world's view of one trajectory (the truth the controller only sees via events)."""
+
+    traj_id: str
+    key: int
+    step: int
+    traj: Trajectory
+    turn: int = 0
+    generated_tokens: int = 0  # preserved tokens of the current turn (after interrupts)
+    resumed: bool = False
+    timing: TurnTiming | None = None
+    done: bool = False
+    transfer: Handle | None = None
+    route: tuple[str, str | None] | None = None  # (prefill, decode) workers while in flight
+
+
+@dataclass
+class StepRun:
+    step: int
+    start_s: float
+    traj_ids: tuple[str, ...]
+    num_done: int = 0
+    num_tokens: int = 0
+    turns: list = field(default_factory=list)
+
+
+@dataclass
+class WorldStats:
+    """Counters for the run summary."""
+
+    trajectories_done: int = 0
+    trajectory_tokens: int = 0
+    decode_tokens: int = 0
+    prefill_tokens: int = 0
+    cached_prefix_tokens: int = 0
+    interrupted_requests: int = 0
+    init_failures: int = 0
+    makespans_s: list[float] = field(default_factory=list)
+    gpu_s_by_zone: dict[str, float] = field(default_factory=dict)
+    worker_gpu_s_by_zone: dict[str, float] = field(default_factory=dict)
+
+
+class World:
+    """See the module docstring. `actions` is the trace timeline (empty for a static budget)."""
+
+    def __init__(self, cfg: SimConfig, actions: list[TraceAction], *, borrowing: bool) -> None:
+        self.cfg = cfg
+        self.core = EventCore(cfg.seed)
+        self.model = get_model(cfg.cluster.model)
+        self.gpu_spec = get_gpu(cfg.cluster.gpu)
+        self.workload = WorkloadSpec.model_validate(
+            {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
+        )
+        self.actions = actions
+        self.borrowing = borrowing
+        self.outbox: deque = deque()
+        self.gpus: dict[str, Gpu] = {}
+        self.gpu_since: dict[str, float] = {}
+        self.workers: dict[str, SimWorker] = {}
+        self.trajs: dict[str, TrajRun] = {}
+        self.by_key: dict[int, TrajRun] = {}
+        self.steps: dict[int, StepRun] = {}
+        self.stats = WorldStats()
+        self._hw: dict[int, WorkerHardware] = {}
+        self._next_key = 0
+        self._last_makespan_s = 216.0
+        self.finished_turns: list = []
+        self.finished_worker_steps: list = []
+        n_dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
+        self.dedicated = tuple(Gpu(f"r{i}", Zone.DEDICATED) for i in range(n_dedicated))
+        self.training_gpus = tuple(
+            Gpu(f"t{i}", Zone.OVERLAP, node="train") for i in range(cfg.cluster.num_training_gpus)
+        )
+        self.trainer = Trainer(
+            self.core,
+            cfg.trainer,
+            cfg.costs,
+            gpu_ids=tuple(g.gpu_id for g in self.training_gpus),
+            active_params=float(self.model.active_params),
+            peak_flops_per_s=self.gpu_spec.flops_per_s,
+            callbacks=TrainerCallbacks(
+                on_idle=self._on_training_idle,
+                on_wants=lambda ids, d: self.emit(E.TrainingWants(self.core.now_s, ids, d)),
+                on_step_finished=lambda v: self.emit(E.TrainingStepFinished(self.core.now_s, v)),
+            ),
+            expected_ready_s=self._expected_batch_ready_s,
+        )
+
+    # -- driver interface ---------------------------------------------------------------
+    def emit(self, event: object) -> None:
+        self.outbox.append(event)
+
+    def take_outbox(self) -> list:
+        out = list(self.outbox)
+        self.outbox.clear()
+        return out
+
+    def start(self) -> None:
+        """Time 0: the reserved GPUs are offered, the trace is scheduled, training waits."""
+        for g in self.dedicated:
+            self._add_gpu(g)
+        self.emit(E.GpusOffered(0.0, self.dedicated, None))
+        for a in self.actions:
+            prio = {"gone": PRIO_GPU_GONE, "notice": PRIO_NOTICE, "offer": PRIO_OFFER}[a.kind]
+            self.core.schedule(a.time_s, self._trace_action(a), prio)
+        self.trainer.start()
+
+    # -- trace and trainer ----------------------------------------------------------------
+    def _trace_action(self, a: TraceAction) -> Callable[[], None]:
+        def run() -> None:
+            now = self.core.now_s
+            if a.kind == "offer":
+                gpus = tuple(Gpu(g, Zone.PREEMPTIBLE, node=f"spot-{g}") for g in a.gpu_ids)
+                for g in gpus:
+                    self._add_gpu(g)
+                self.emit(E.GpusOffered(now, gpus, a.expected_window_s))
+            elif a.kind == "notice":
+                assert a.deadline_s is not None
+                self.emit(E.ReclaimNotice(now, a.gpu_ids, a.deadline_s))
+            else:
+                self._gpus_gone(a.gpu_ids)
+                self.emit(E.GpusGone(now, a.gpu_ids))
+
+        return run
+
+    def _on_training_idle(self, ids: tuple[str, ...], idle_until_s: float) -> None:
+        if self.borrowing:
+            self.emit(E.TrainingIdle(self.core.now_s, ids, idle_until_s))
+
+    def _expected_batch_ready_s(self) -> float:
+        """When the oldest unfinished rollout step should be done (last makespan as guide)."""
+        open_steps = [s for s in self.steps.values() if s.num_done < len(s.traj_ids)]
+        if not open_steps:
+            return self.core.now_s + self._last_makespan_s
+        start = min(s.start_s for s in open_steps)
+        return max(self.core.now_s, start + self._last_makespan_s)
+
+    # -- GPUs -------------------------------------------------------------------------------
+    def _add_gpu(self, g: Gpu) -> None:
+        self.gpus[g.gpu_id] = g
+        self.gpu_since[g.gpu_id] = self.core.now_s
+
+    def _drop_gpu(self, gpu_id: str) -> None:
+        g = self.gpus.pop(gpu_id, None)
+        if g is not None:
+            zone = g.zone.value
+            held = self.core.now_s - self.gpu_since.pop(gpu_id)
+            self.stats.gpu_s_by_zone[zone] = self.stats.gpu_s_by_zone.get(zone, 0.0) + held
+
+    def _gpus_gone(self, gpu_ids: tuple[str, ...]) -> None:
+        """The provider took GPUs: workers on them die; their turns lose unsaved progress."""
+        gone = set(gpu_ids)
+        for w in [w for w in self.workers.values() if gone & set(w.gpu_ids)]:
+            self._kill(w, preserve=False)
+        for g in gpu_ids:
+            self._drop_gpu(g)
+
+    # -- commands -------------------------------------------------------------------------
+    def execute(self, cmd: object) -> None:
+        """Carry out one command; its completion comes back as a later event."""
+        handler = getattr(self, f"_do_{type(cmd).__name__}", None)
+        if handler is None:
+            raise TypeError(f"unknown command {cmd!r}")
+        handler(cmd)
+
+    def _hardware(self, tp: int) -> WorkerHardware:
+        if tp not in self._hw:
+            self._hw[tp] = WorkerHardware(self.model, self.gpu_spec, tp=tp)
+        return self._hw[tp]
+
+    def _do_InitWorker(self, cmd: C.InitWorker) -> None:
+        now = self.core.now_s
+        missing = [g for g in cmd.gpu_ids if g not in self.gpus]
+        lent = self.trainer.lent
+        on_training = [g for g in cmd.gpu_ids if g.startswith("t")]
+        if on_training and any(g not in lent for g in on_training):
+            missing += [g for g in on_training if g not in lent]
+        if missing or cmd.worker_id in self.workers:
+            why = "GPU not available: " + ",".join(missing) if missing else "duplicate worker id"
+            self.core.after(0.0, lambda: self._init_failed(cmd.worker_id, why), PRIO_COMPLETION)
+            return
+        zone = Zone.OVERLAP if on_training else self.gpus[cmd.gpu_ids[0]].zone
+        engine = InferenceWorker(
+            cmd.worker_id, self._hardware(len(cmd.gpu_ids)), cmd.role, now_s=now
+        )
+        w = SimWorker(cmd.worker_id, tuple(cmd.gpu_ids), zone, engine, cmd.group_id, now)
+        self.workers[w.worker_id] = w
+        costs = self.cfg.costs
+        if now == 0.0:
+            delay = 0.0
+        elif zone == Zone.OVERLAP:
+            delay = self.core.uniform(
+                costs.borrow_activation_s.low_s, costs.borrow_activation_s.high_s
+            )
+        else:
+            delay = self.core.uniform(costs.expansion_prep_s.low_s, costs.expansion_prep_s.high_s)
+        fails = costs.init_failure_prob > 0 and self.core.rng.random() < costs.init_failure_prob
+        self.core.after(delay, lambda: self._init_done(w, fails), PRIO_COMPLETION)
+
+    def _init_failed(self, worker_id: str, reason: str) -> None:
+        self.stats.init_failures += 1
+        self.emit(E.WorkerInitFailed(self.core.now_s, worker_id, reason))
+
+    def _init_done(self, w: SimWorker, fails: bool) -> None:
+        if self.workers.get(w.worker_id) is not w:
+            return  # stopped meanwhile
+        if fails:
+            self._remove_worker(w)
+            self._init_failed(w.worker_id, "initialisation failed")
+            return
+        w.ready = True
+        self.emit(E.WorkerReady(self.core.now_s, w.worker_id))
+
+    def _do_SyncWeights(self, cmd: C.SyncWeights) -> None:
+        w = self.workers.get(cmd.worker_id)
+        if w is None:
+            return
+        costs, now = self.cfg.costs, self.core.now_s
+        if not w.synced_once:
+            w.synced_once = True
+            if w.born_s == 0.0 or w.zone == Zone.OVERLAP:
+                delay = 0.0  # warm start / weights already on the training GPUs
+            else:
+                r = costs.expansion_final_s
+                delay = self.core.uniform(r.low_s, r.high_s)
+        else:
+            r = self.cfg.trainer.weight_sync_s
+            delay = self.core.uniform(r.low_s, r.high_s)
+        version = min(cmd.version, self.trainer.version)
+
+        def done() -> None:
+            if self.workers.get(w.worker_id) is w:
+                w.version = max(w.version, version)
+                self.emit(E.WeightsSynced(self.core.now_s, w.worker_id, version))
+
+        self.core.schedule(now + delay, done, PRIO_COMPLETION)
+
+    def _do_AdmitGroup(self, cmd: C.AdmitGroup) -> None:
+        pass  # routing is the controller's; the world serves whatever it is routed
+
+    def _do_ChangeRole(self, cmd: C.ChangeRole) -> None:
+        w = self.workers.get(cmd.worker_id)
+        if w is None:
+            return
+        w.pending_role = None
+        if w.engine.role == cmd.role:
+            return
+        if w.engine.num_in_flight or w.incoming:
+            # Requests in flight finish where they are; the role applies once it is empty.
+            w.pending_role = cmd.role
+            return
+        w.engine.set_role(cmd.role)
+
+    def _do_Drain(self, cmd: C.Drain) -> None:
+        w = self.workers.get(cmd.worker_id)
+        if w is None:
+            return
+        w.draining = True
+        self._check_drained(w)
+
+    def _do_Interrupt(self, cmd: C.Interrupt) -> None:
+        w = self.workers.get(cmd.worker_id)
+        if w is not None:
+            self._interrupt(w, preserve=True)
+
+    def _do_StopWorker(self, cmd: C.StopWorker) -> None:
+        w = self.workers.get(cmd.worker_id)
+        if w is not None:
+            self._kill(w, preserve=True)
+
+    def _do_ReleaseGpus(self, cmd: C.ReleaseGpus) -> None:
+        for w in [w for w in self.workers.values() if set(cmd.gpu_ids) & set(w.gpu_ids)]:
+            self._kill(w, preserve=True)
+        if cmd.to == "provider":
+            for g in cmd.gpu_ids:
+                if g in self.gpus and self.gpus[g].zone == Zone.PREEMPTIBLE:
+                    self._drop_gpu(g)
+
+    def _do_OffloadTraining(self, cmd: C.OffloadTraining) -> None:
+        now = self.core.now_s
+        if self.trainer.offload(tuple(cmd.gpu_ids)):
+            for g in cmd.gpu_ids:
+                if g not in self.gpus:
+                    self.gpus[g] = Gpu(g, Zone.OVERLAP, node="train")
+                    self.gpu_since[g] = now
+
+    def _do_RestoreTraining(self, cmd: C.RestoreTraining) -> None:
+        ids = tuple(g for g in cmd.gpu_ids if g in self.trainer.lent)
+        for w in [w for w in self.workers.values() if set(ids) & set(w.gpu_ids)]:
+            self._kill(w, preserve=True)
+        for g in ids:
+            self._drop_gpu(g)
+        self.trainer.restore(ids)
+
+    def _do_StartRolloutBatch(self, cmd: C.StartRolloutBatch) -> None:
+        start_batch(self, cmd)
+
+    def _do_Route(self, cmd: C.Route) -> None:
+        route(self, cmd)
+
+    # -- workers: physics driving -----------------------------------------------------------
+    def touch(self, w: SimWorker) -> None:
+        """Reschedule the worker's next physics boundary after any change to it."""
+        if w.handle is not None:
+            w.handle.cancel()
+            w.handle = None
+        t = w.engine.next_change_time_s()
+        if t != float("inf"):
+            w.handle = self.core.schedule(
+                max(t, self.core.now_s), lambda: self._advance(w), PRIO_PHYSICS
+            )
+
+    def _advance(self, w: SimWorker) -> None:
+        w.handle = None
+        if self.workers.get(w.worker_id) is not w:
+            return
+        for c in w.engine.advance(self.core.now_s):
+            on_completion(self, w, c)
+        self.touch(w)
+        self._check_drained(w)
+
+    def _check_drained(self, w: SimWorker) -> None:
+        if w.draining and not w.engine.num_in_flight and not w.incoming:
+            w.draining = False
+            self.emit(E.WorkerDrained(self.core.now_s, w.worker_id))
+        if w.pending_role is not None and not w.engine.num_in_flight and not w.incoming:
+            w.engine.set_role(w.pending_role)
+            w.pending_role = None
+
+    def _interrupt(self, w: SimWorker, *, preserve: bool) -> None:
+        interrupt_worker(self, w, preserve=preserve)
+
+    def _kill(self, w: SimWorker, *, preserve: bool) -> None:
+        self._interrupt(w, preserve=preserve)
+        self._remove_worker(w)
+
+    def _remove_worker(self, w: SimWorker) -> None:
+        if w.handle is not None:
+            w.handle.cancel()
+        self.workers.pop(w.worker_id, None)
+        zone = w.zone.value
+        held = (self.core.now_s - w.born_s) * len(w.gpu_ids)
+        self.stats.worker_gpu_s_by_zone[zone] = (
+            self.stats.worker_gpu_s_by_zone.get(zone, 0.0) + held
+        )
+
+    def finish(self, until_s: float) -> None:
+        """Close the books at `until_s` (GPU-seconds of GPUs and workers still alive)."""
+        self.core.now_s = max(self.core.now_s, until_s)
+        for w in list(self.workers.values()):
+            zone = w.zone.value
+            held = (until_s - w.born_s) * len(w.gpu_ids)
+            self.stats.worker_gpu_s_by_zone[zone] = (
+                self.stats.worker_gpu_s_by_zone.get(zone, 0.0) + held
+            )
+        for g in list(self.gpus):
+            self._drop_gpu(g)
+
+    # -- helpers for pearl.sim.rollout ------------------------------------------------------
+    def new_key(self) -> int:
+        self._next_key += 1
+        return self._next_key
+
+    def schedule(self, delay_s: float, fn: Callable[[], None], prio: int = PRIO_DEFAULT) -> Handle:
+        return self.core.after(delay_s, fn, prio)
+
+    def sampler_for(self, step: int) -> TrajectorySampler:
+        """The same trajectories for the same (seed, step) whatever the policy."""
+        return TrajectorySampler(self.workload, seed=self.cfg.seed * 1_000_003 + step)
+
+    def hardware_of(self, w: SimWorker) -> WorkerHardware:
+        return self._hardware(len(w.gpu_ids))
+
+    def step_finished(self, s: StepRun) -> None:
+        """Every trajectory of rollout step `s` is done: telemetry out, batch to the trainer."""
+        now = self.core.now_s
+        makespan = now - s.start_s
+        self._last_makespan_s = makespan
+        self.stats.makespans_s.append(makespan)
+        worker_steps = []
+        for w in self.workers.values():
+            rec = worker_step_record(w.engine.take_stats(now), s.step)
+            if rec is not None:
+                worker_steps.append(rec)
+        self.finished_turns.extend(s.turns)
+        self.finished_worker_steps.extend(worker_steps)
+        self.emit(E.RolloutStepFinished(now, s.step, tuple(s.turns), tuple(worker_steps)))
+        s.turns = []
+        self.trainer.batch_ready(s.step, s.num_tokens)
