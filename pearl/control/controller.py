@@ -1,0 +1,281 @@
+"""The elastic controller: one pure entry point, `handle(event) -> list[Command]` (§4.1).
+
+It holds the unified `ClusterState` (changed only through plans, plus worker status
+updates), the `TrajectoryBook` of the current and next rollout batches, and a `Policy` with
+its advisor. A world (simulator or Ray runtime) feeds it events and executes the commands
+it returns in order; every command's completion comes back as a later event (see
+`pearl.control.commands`).
+
+Parts: the elastic scheduler core (`scheduler.py`: plans, groups, worker lifecycle), the
+inter-scale rebuilder (`rebuilder.py`), the intra-scale toggle manager (`toggle.py`), and
+here the pipeline side: batches, weight versions, routing, re-decisions after each step.
+
+The controller starts on its first event (any kind): it plans workers for free held GPUs
+(the initial group) and starts the first rollout batches. Events that make no sense for the
+current state are recorded in `ignored` (and logged) and change nothing. Every `handle`
+ends by checking the invariants (`check`); a violation raises `ControllerError` (a bug).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pearl.control import commands as cmd
+from pearl.control import events as ev
+from pearl.control.book import TrajectoryBook
+from pearl.control.policies import get_policy
+from pearl.control.policies.base import Advisor, Policy
+from pearl.control.router import route_queued
+from pearl.control.scheduler import ControllerError
+from pearl.control.state import ClusterState, Gpu, Status, Zone
+from pearl.control.toggle import ToggleMixin
+
+__all__ = ["Controller", "ControllerError"]
+
+
+class Controller(ToggleMixin):
+    """The sans-IO elastic controller.
+
+    `state` holds the GPUs the rollout starts with (dedicated ones, maybe with workers
+    already `active`); free held GPUs get workers on the first event. `batch_size`
+    trajectories per rollout step, in GRPO groups of `group_size`. `training_gpus` names the
+    training GPUs (zone `overlap`, with their nodes) that `TrainingIdle` may offer.
+    """
+
+    def __init__(
+        self,
+        policy: Policy | str,
+        *,
+        state: ClusterState,
+        batch_size: int = 64,
+        group_size: int = 8,
+        gpus_per_worker: int = 1,
+        training_gpus: Iterable[Gpu] = (),
+        advisor: Advisor | None = None,
+        initial_version: int = 0,
+    ) -> None:
+        self.policy = get_policy(policy) if isinstance(policy, str) else policy
+        if batch_size < 1 or group_size < 1 or batch_size % group_size:
+            raise ValueError("batch_size must be a positive multiple of group_size")
+        if gpus_per_worker < 1:
+            raise ValueError("gpus_per_worker must be >= 1")
+        self.advisor = advisor if advisor is not None else self.policy.make_advisor()
+        self.book = TrajectoryBook(self.policy.max_staleness)
+        self.num_groups = batch_size // group_size
+        self.group_size = group_size
+        self.gpus_per_worker = gpus_per_worker
+        self.latest_version = initial_version
+        self.next_step = initial_version
+        self.now_s = 0.0
+        self.groups = {}
+        self.offered = {}
+        self.offer_window_s = None
+        self.idle_until = {}
+        self.training_gpus = {g.gpu_id: Gpu(g.gpu_id, Zone.OVERLAP, g.node) for g in training_gpus}
+        self.ignored = []
+        self.decisions = []
+        self._state = state
+        self._out = []
+        self._group_seq = 0
+        self._redecide_pending = False
+        self._started = False
+        self.borrow_budget_turns = self.policy.initial_borrow_budget_turns
+        self.borrow_turns_left = self.borrow_budget_turns
+        self.borrow_started_s = None
+        self.returned_early_s = None
+        self.check()
+
+    @property
+    def state(self) -> ClusterState:
+        """The current cluster state (immutable; read-only)."""
+        return self._state
+
+    # -- the one entry point ---------------------------------------------------------------
+    def handle(self, event: Any) -> list[cmd.Command]:
+        """Apply `event`; return the commands the world must execute, in order."""
+        self._out = []
+        self.now_s = max(self.now_s, float(event.time_s))
+        if not self._started:
+            self._started = True
+            self._replan("initial", urgent=False)
+            self._start_batches()
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            self._ignore(f"unknown event type {type(event).__name__}")
+        else:
+            handler(self, event)
+        self._route()
+        self.check()
+        out, self._out = self._out, []
+        return out
+
+    # -- pipeline --------------------------------------------------------------------------
+    def _start_batches(self) -> None:
+        """Keep up to `max_batches_in_flight` batches within the staleness bound."""
+        p = self.policy
+        while (
+            len(self.book.steps) < p.max_batches_in_flight
+            and self.next_step - self.latest_version <= p.max_staleness
+        ):
+            ids = self.book.start_batch(self.next_step, self.num_groups, self.group_size)
+            self._emit(cmd.StartRolloutBatch(self.next_step, ids))
+            self.next_step += 1
+
+    def _route(self) -> None:
+        routes = route_queued(
+            self.book,
+            self._state,
+            max_inflight_per_worker=self.policy.max_inflight_per_worker,
+            allowed=self._budget_allowed(),
+        )
+        self._emit(*routes)
+        self._spend_budget(routes)
+
+    def _after_transition(self) -> None:
+        if self._redecide_pending:
+            self._redecide_pending = False
+            self._adapt()
+        self._maybe_expand()
+        self._maybe_borrow()
+
+    def _adapt(self) -> None:
+        """Re-decide the PD config for the current budget (hysteresis in the advisor)."""
+        if self.groups and not self.policy.admit_individually:
+            self._redecide_pending = True
+            return
+        pool = self._pool()
+        n = self._budget(pool)
+        if n < 1:
+            return
+        current = self.current_config()
+        if current is None or current.num_workers != n:
+            target = self.advisor.choose(n, current)
+        elif self.policy.adapt_pd:
+            target = self.advisor.redecide(n, current)
+        else:
+            target = None
+        if target is not None and target != current:
+            self._replan("switch", urgent=False, target=target)
+
+    # -- event handlers --------------------------------------------------------------------
+    def _h_offer(self, e: ev.GpusOffered) -> None:
+        self._on_offer(e.gpus, e.expected_window_s)
+
+    def _h_reclaim(self, e: ev.ReclaimNotice) -> None:
+        self._on_reclaim(tuple(e.gpu_ids), e.deadline_s)
+        self._retry_if_stuck()
+
+    def _h_gone(self, e: ev.GpusGone) -> None:
+        self._on_gone(tuple(e.gpu_ids))
+        self._retry_if_stuck()
+
+    def _h_idle(self, e: ev.TrainingIdle) -> None:
+        self._on_training_idle(tuple(e.gpu_ids), e.idle_until_s)
+
+    def _h_wants(self, e: ev.TrainingWants) -> None:
+        self._on_training_wants(tuple(e.gpu_ids), e.deadline_s)
+
+    def _h_trained(self, e: ev.TrainingStepFinished) -> None:
+        if e.version <= self.latest_version:
+            self._ignore(f"weights v{e.version} not newer than v{self.latest_version}")
+            return
+        self.latest_version = e.version
+        for w in self._state.workers:
+            g = self.group_of(w.worker_id)
+            ready = g is not None and w.worker_id in g.ready
+            if w.status == Status.ACTIVE or ready:
+                self._emit(cmd.SyncWeights(w.worker_id, e.version))
+            if g is not None:
+                g.synced.discard(w.worker_id)
+        self._start_batches()
+
+    def _h_ready(self, e: ev.WorkerReady) -> None:
+        self._on_worker_ready(e.worker_id)
+
+    def _h_failed(self, e: ev.WorkerInitFailed) -> None:
+        self._on_init_failed(e.worker_id, e.reason)
+        self._retry_if_stuck()
+
+    def _h_drained(self, e: ev.WorkerDrained) -> None:
+        self._on_worker_drained(e.worker_id)
+        self._maybe_return_early()
+
+    def _h_synced(self, e: ev.WeightsSynced) -> None:
+        self._on_weights_synced(e.worker_id, e.version)
+
+    def _h_traj_ready(self, e: ev.TrajectoryReady) -> None:
+        if not self.book.mark_ready(e.traj_id):
+            self._ignore(f"trajectory {e.traj_id} ready in a state that cannot be")
+
+    def _h_turn(self, e: ev.TurnFinished) -> None:
+        if not self.book.mark_turn_finished(e.traj_id, e.worker_id):
+            self._ignore(f"turn of {e.traj_id} finished on {e.worker_id}, not in flight there")
+
+    def _h_interrupted(self, e: ev.RequestInterrupted) -> None:
+        if not self.book.mark_interrupted(e.traj_id, e.worker_id, e.generated_tokens):
+            self._ignore(f"interrupt of {e.traj_id} on {e.worker_id}: already handled")
+
+    def _h_done(self, e: ev.TrajectoryDone) -> None:
+        if not self.book.mark_done(e.traj_id):
+            self._ignore(f"trajectory {e.traj_id} done in a state that cannot be")
+
+    def _h_step(self, e: ev.RolloutStepFinished) -> None:
+        if not self.book.retire_batch(e.step):
+            self._ignore(f"rollout step {e.step} finished but its batch is not done")
+            return
+        self.advisor.observe(e.time_s, e.turns, e.worker_steps)
+        self._tune_budget_on_batch()
+        self._start_batches()
+        self._adapt()
+        self._maybe_expand()
+        self._maybe_borrow()
+
+    def _retry_if_stuck(self) -> None:
+        """Nothing serves any more (e.g. the initial group failed): re-plan at once."""
+        if not self._has_serving_workers() and not self.groups:
+            self._adapt()
+
+    # -- invariants ------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise `ControllerError` if any invariant is broken (see DESIGN.md)."""
+        s = self._state
+        try:
+            self.book.check()
+        except ValueError as err:
+            raise ControllerError(str(err)) from err
+        in_groups: set[str] = set()
+        for g in self.groups.values():
+            for w in g.worker_ids:
+                if not s.has_worker(w) or s.worker(w).status != Status.INITIALIZING:
+                    raise ControllerError(f"group {g.group_id} is half-admitted ({w})")
+                in_groups.add(w)
+        for w in s.workers_with(statuses=(Status.INITIALIZING,)):
+            if w.worker_id not in in_groups:
+                raise ControllerError(f"initialising worker {w.worker_id} has no group")
+        for t in self.book:
+            for w in t.workers:
+                if not s.has_worker(w):
+                    raise ControllerError(f"{t.traj_id} in flight on missing worker {w}")
+        for gid in self.offered:
+            if s.has_gpu(gid):
+                raise ControllerError(f"GPU {gid} both held and offered")
+
+
+_HANDLERS: dict[type, Any] = {
+    ev.GpusOffered: Controller._h_offer,
+    ev.ReclaimNotice: Controller._h_reclaim,
+    ev.GpusGone: Controller._h_gone,
+    ev.TrainingIdle: Controller._h_idle,
+    ev.TrainingWants: Controller._h_wants,
+    ev.TrainingStepFinished: Controller._h_trained,
+    ev.WorkerReady: Controller._h_ready,
+    ev.WorkerInitFailed: Controller._h_failed,
+    ev.WorkerDrained: Controller._h_drained,
+    ev.WeightsSynced: Controller._h_synced,
+    ev.TrajectoryReady: Controller._h_traj_ready,
+    ev.TurnFinished: Controller._h_turn,
+    ev.RequestInterrupted: Controller._h_interrupted,
+    ev.TrajectoryDone: Controller._h_done,
+    ev.RolloutStepFinished: Controller._h_step,
+}

@@ -1,0 +1,47 @@
+"""Policies by name: `pearl`, `roll`, `rlboost+`, and the ablations `pearl-colocated`,
+`pearl-disagg:P:D`, `pearl-no-borrow`, `pearl-ungated` (see docs/baselines.md)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from pearl.control.policies.ablations import (
+    PearlColocated,
+    PearlFixedDisagg,
+    PearlNoBorrow,
+    PearlUngated,
+)
+from pearl.control.policies.base import Advisor, Policy, Verdict, scale_config
+from pearl.control.policies.pearl import Pearl
+from pearl.control.policies.rlboost import RLBoostPlus
+from pearl.control.policies.roll import Roll
+
+REGISTRY: dict[str, Callable[[], Policy]] = {
+    "pearl": Pearl,
+    "roll": Roll,
+    "rlboost+": RLBoostPlus,
+    "pearl-colocated": PearlColocated,
+    "pearl-no-borrow": PearlNoBorrow,
+    "pearl-ungated": PearlUngated,
+}
+_DISAGG = re.compile(r"pearl-disagg:(\d+):(\d+)")
+
+
+def policy_names() -> tuple[str, ...]:
+    """Every accepted name (`pearl-disagg:P:D` stands for any P, D >= 1)."""
+    return (*REGISTRY, "pearl-disagg:P:D")
+
+
+def get_policy(name: str) -> Policy:
+    """The policy called `name`; ValueError (listing the names) if there is none."""
+    m = _DISAGG.fullmatch(name.strip())
+    if m:
+        return PearlFixedDisagg.with_ratio(int(m.group(1)), int(m.group(2)))
+    factory = REGISTRY.get(name.strip())
+    if factory is None:
+        raise ValueError(f"unknown policy '{name}' (known: {', '.join(policy_names())})")
+    return factory()
+
+
+__all__ = ["Advisor", "Policy", "Verdict", "get_policy", "policy_names", "scale_config"]

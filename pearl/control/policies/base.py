@@ -1,0 +1,105 @@
+"""What a policy is: a small frozen description of the knobs the controller obeys, plus an
+`Advisor` that answers the controller's questions (which PD config, admit an expansion,
+borrow training GPUs) from the workload profile (paper §4.2, §4.3, §4.5, §4.6).
+
+The controller owns the mechanisms (plans, groups, interrupts, returns); a policy only says
+which of them are on and how decisions are made. One small class per policy file; the
+registry in `pearl.control.policies` picks one by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pearl.control.plan import PDConfig
+
+BorrowMode = Literal["never", "gated", "always", "budgeted"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A gate's answer: admit or not, with the predicted gain and cost (seconds)."""
+
+    admit: bool
+    reason: str = ""
+    gain_s: float = 0.0
+    cost_s: float = 0.0
+
+
+def scale_config(config: PDConfig | None, num_workers: int, *, mode: str | None = None) -> PDConfig:
+    """`config`'s shape on `num_workers` workers: colocated stays colocated; a P:D split keeps
+    its ratio (rounded, at least one of each). Needs `num_workers >= 1` (2 if split)."""
+    if num_workers < 1:
+        raise ValueError("need at least one worker")
+    want = mode or (config.mode if config is not None else "colocated")
+    if want == "colocated" or num_workers < 2:
+        return PDConfig.colocated(num_workers)
+    p0, d0 = (
+        (config.num_prefill, config.num_decode) if config and not config.is_colocated else (1, 1)
+    )
+    p = min(max(1, round(num_workers * p0 / (p0 + d0))), num_workers - 1)
+    return PDConfig.disaggregated(p, num_workers - p)
+
+
+class Advisor(Protocol):
+    """The decision side of a policy (stateful, deterministic, no clock)."""
+
+    def observe(self, time_s: float, turns: Sequence[Any], worker_steps: Sequence[Any]) -> None:
+        """Telemetry of a finished rollout step."""
+
+    def choose(self, num_workers: int, current: PDConfig | None) -> PDConfig:
+        """The config for a new budget of `num_workers` (a forced re-decision)."""
+
+    def redecide(self, num_workers: int, current: PDConfig) -> PDConfig | None:
+        """After a rollout step: a better config worth the switch (hysteresis), else None."""
+
+    def expansion(
+        self, current: PDConfig | None, target: PDConfig, window_s: float | None
+    ) -> Verdict:
+        """Admit preemptible GPUs that would turn `current` into `target`?"""
+
+    def borrow(self, current: PDConfig | None, target: PDConfig, window_s: float) -> Verdict:
+        """Borrow idle training GPUs that would turn `current` into `target` for `window_s`?"""
+
+    def record_switch(self, kind: str, cost_s: float, *, borrowed: bool) -> None:
+        """A measured reconfiguration cost (expansion or borrow activation/return)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Which controller mechanisms are on, and how decisions are made.
+
+    * `use_preemptible`: take offered preemptible GPUs at all (inter-scale elasticity).
+    * `gate_expansion`: ask the advisor before expanding (else admit every offer).
+    * `borrow`: `never`; `gated` (advisor's borrow gate); `always` (whenever idle);
+      `budgeted` (always, but borrowed workers take at most a per-window budget of turns,
+      tuned from the measured training bubble: RLBoost's adaptive offload, see rlboost.py).
+    * `adapt_pd`: re-decide the PD config after each rollout step (hysteresis in advisor).
+    * `modes`: the PD modes the advisor may choose; `fixed_ratio`: a fixed P:D split.
+    * `admit_individually`: each new worker is its own group (admitted as soon as it is
+      ready and synced) instead of one group per expansion.
+    * `max_staleness`: versions a trajectory's weights may lag the weights it trains.
+    * `max_batches_in_flight`: rollout batches in the book at once (current and next).
+    * `max_inflight_per_worker`: cap on requests routed to one worker (None: no cap).
+    """
+
+    name: str
+    use_preemptible: bool = True
+    gate_expansion: bool = True
+    borrow: BorrowMode = "gated"
+    adapt_pd: bool = True
+    modes: tuple[str, ...] = ("colocated", "disaggregated")
+    fixed_ratio: tuple[int, int] | None = None
+    admit_individually: bool = False
+    max_staleness: int = 1
+    max_batches_in_flight: int = 2
+    max_inflight_per_worker: int | None = None
+    initial_borrow_budget_turns: int = 64
+
+    def make_advisor(self, **kwargs: Any) -> Advisor:
+        """The advisor for this policy. Subclasses pick the decision engine or heuristics."""
+        from pearl.control.policies.advisor import make_advisor
+
+        return make_advisor(self, **kwargs)

@@ -1,0 +1,123 @@
+"""The inter-scale cluster rebuilder: preemptible GPUs come and go (paper §4.5).
+
+* An offer is optional: the GPUs wait in the offered pool until the expansion gate admits
+  them (and no other transition is pending). Admitted GPUs get workers initialised in the
+  background in one group; the group is admitted atomically after weight sync.
+* A reclaim notice is urgent: pending groups that touch the GPUs (or whose deferred role
+  changes assumed the old budget) are cancelled; the affected workers are interrupted with
+  preservation and stopped; the GPUs are released synchronously; the rest is re-planned for
+  the smaller budget while unaffected workers keep serving.
+* GPUs gone without (or after) notice: the same, without an interrupt (the workers died;
+  their trajectories resume elsewhere with a full prefill) and without a release.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pearl.control import commands as cmd
+from pearl.control.scheduler import SchedulerCore
+from pearl.control.state import Gpu, Status
+
+
+class RebuilderMixin(SchedulerCore):
+    def _on_offer(self, gpus: tuple[Gpu, ...], window_s: float | None) -> None:
+        if not self.policy.use_preemptible:
+            self._ignore(f"offer of {len(gpus)} GPU(s): policy {self.policy.name} is not elastic")
+            return
+        new = [
+            g for g in gpus if not self._state.has_gpu(g.gpu_id) and g.gpu_id not in self.offered
+        ]
+        if not new:
+            self._ignore("offer of GPUs already held or offered")
+            return
+        for g in new:
+            self.offered[g.gpu_id] = g
+        self.offer_window_s = window_s
+        self._maybe_expand()
+
+    def _maybe_expand(self) -> None:
+        """Expand onto the offered pool if the gate admits it and nothing else is pending."""
+        if not self.offered or not self.policy.use_preemptible:
+            return
+        if self.groups and not self.policy.admit_individually:
+            return  # one transition at a time; reconsidered when the group is admitted
+        pool = self._pool()
+        n_now = self._budget(pool)
+        new = list(self.offered.values())
+        n_new = (len(pool) + len(new)) // self.gpus_per_worker
+        if n_new <= n_now:
+            return
+        current = self.current_config()
+        target = self.advisor.choose(n_new, current)
+        verdict = self.advisor.expansion(current, target, self.offer_window_s)
+        if not verdict.admit:
+            self._decide(f"decline expansion to {target}: {verdict.reason}")
+            return
+        self._state = self._state.with_gpus(new)
+        for g in new:
+            del self.offered[g.gpu_id]
+        pool = pool + [g.gpu_id for g in new]
+        plan = self._plan(target, pool)
+        if plan is not None and plan.adds:
+            self._decide(f"expand: -> {plan.target} ({verdict.reason})")
+            self._execute(plan, "expand", urgent=False)
+        used = {gid for a in (plan.adds if plan else ()) for gid in a.gpu_ids}
+        unused = [g for g in new if g.gpu_id not in used]
+        for g in unused:  # not placeable now: back to the pool
+            self.offered[g.gpu_id] = g
+        self._state = self._state.without_gpus(g.gpu_id for g in unused)
+
+    def _lose_gpus(
+        self,
+        gpu_ids: list[str],
+        *,
+        interrupt: bool,
+        to: Literal["provider", "training"] | None,
+    ) -> None:
+        """Urgent shrink: cancel what depends on `gpu_ids`, stop their workers, release."""
+        lost = frozenset(gpu_ids)
+        for g in list(self.groups.values()):
+            touches = any(
+                gid in lost
+                for w in g.worker_ids
+                if self._state.has_worker(w)
+                for gid in self._state.worker(w).gpu_ids
+            )
+            if touches or g.deferred:
+                gpus = self._cancel_group(g, f"{sorted(lost)} leaving")
+                self._give_back([x for x in gpus if x not in lost])
+        for w in list(self._state.workers):
+            if lost.intersection(w.gpu_ids):
+                self._kill_worker(w.worker_id, interrupt=interrupt)
+        if to is not None:
+            self._emit(cmd.ReleaseGpus(tuple(gpu_ids), to))
+            if to == "training":
+                self._emit(cmd.RestoreTraining(tuple(gpu_ids)))
+        self._state = self._state.without_gpus(gpu_ids)
+        self._replan("shrink", urgent=True)
+
+    def _on_reclaim(self, gpu_ids: tuple[str, ...], deadline_s: float) -> None:
+        for g in gpu_ids:
+            self.offered.pop(g, None)
+        held = [g for g in gpu_ids if self._state.has_gpu(g)]
+        if not held:
+            self._ignore(f"reclaim of GPUs not held: {list(gpu_ids)}")
+            return
+        self._decide(f"reclaim {held} (deadline {deadline_s:.1f}s)")
+        self._lose_gpus(held, interrupt=True, to="provider")
+        self._maybe_expand()
+
+    def _on_gone(self, gpu_ids: tuple[str, ...]) -> None:
+        for g in gpu_ids:
+            self.offered.pop(g, None)
+        held = [g for g in gpu_ids if self._state.has_gpu(g)]
+        if not held:
+            self._ignore(f"GPUs gone that were not held: {list(gpu_ids)}")
+            return
+        self._decide(f"GPUs gone without release: {held}")
+        self._lose_gpus(held, interrupt=False, to=None)
+        self._maybe_expand()
+
+    def _has_serving_workers(self) -> bool:
+        return bool(self._state.workers_with(statuses=(Status.ACTIVE,)))

@@ -1,0 +1,119 @@
+"""The router: which worker runs a trajectory's next turn (paper §4.1.1, §4.4.1).
+
+Pure function of the cluster state, the book's loads and the trajectory. Only `active`
+workers are candidates (never initialising, draining or inactive ones), and only those whose
+weight version keeps the trajectory within its staleness bound.
+
+* Sticky first: the worker that holds the trajectory's prefix, if it can still prefill
+  (a colocated or prefill worker) and has room.
+* Otherwise least-loaded: among colocated workers (prefill and decode on one worker) and
+  prefill workers (then paired with the least-loaded decode worker). Ties break by worker
+  id, so equal inputs give equal routes.
+* A route goes with `full_prefill=True` when the chosen prefill worker does not hold the
+  prefix: an interrupted trajectory (its KV is gone) or a move to another worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pearl.control.book import Trajectory, TrajectoryBook, TrajState
+from pearl.control.commands import Route
+from pearl.control.state import ClusterState, Role, Worker
+
+
+def _seq(worker_id: str) -> tuple[int, str]:
+    return (int(worker_id[1:]) if worker_id[1:].isdigit() else 1 << 60, worker_id)
+
+
+def route_one(
+    traj: Trajectory,
+    state: ClusterState,
+    loads: Mapping[str, int],
+    book: TrajectoryBook,
+    *,
+    max_inflight_per_worker: int | None = None,
+    allowed: frozenset[str] | None = None,
+) -> Route | None:
+    """The route of `traj`'s next turn, or None if no worker can take it now.
+
+    `allowed` (if given) restricts candidates to those worker ids (e.g. a policy that stops
+    sending new work to borrowed workers whose budget is spent).
+    """
+
+    def ok(w: Worker) -> bool:
+        if allowed is not None and w.worker_id not in allowed:
+            return False
+        if not book.can_use_version(traj, w.weight_version):
+            return False
+        return max_inflight_per_worker is None or loads.get(w.worker_id, 0) < (
+            max_inflight_per_worker
+        )
+
+    active = [w for w in state.routable() if ok(w)]
+    colocated = [w for w in active if w.role == Role.COLOCATED]
+    prefill = [w for w in active if w.role == Role.PREFILL]
+    decode = [w for w in active if w.role == Role.DECODE]
+
+    def least(ws: list[Worker]) -> Worker:
+        return min(ws, key=lambda w: (loads.get(w.worker_id, 0), _seq(w.worker_id)))
+
+    def make(p: Worker) -> Route | None:
+        full = traj.state == TrajState.INTERRUPTED or traj.prefix_worker != p.worker_id
+        if p.role == Role.COLOCATED:
+            return Route(traj.traj_id, p.worker_id, None, full_prefill=full)
+        if not decode:
+            return None
+        return Route(traj.traj_id, p.worker_id, least(decode).worker_id, full_prefill=full)
+
+    sticky = next(
+        (w for w in colocated + prefill if w.worker_id == traj.prefix_worker),
+        None,
+    )
+    if sticky is not None and traj.state != TrajState.INTERRUPTED:
+        r = make(sticky)
+        if r is not None:
+            return r
+    candidates = colocated + (prefill if decode else [])
+    if not candidates:
+        return None
+    return make(least(candidates))
+
+
+def version_of(state: ClusterState, worker_id: str) -> int:
+    return state.worker(worker_id).weight_version
+
+
+def route_queued(
+    book: TrajectoryBook,
+    state: ClusterState,
+    *,
+    max_inflight_per_worker: int | None = None,
+    allowed: frozenset[str] | None = None,
+) -> list[Route]:
+    """Route every queued trajectory that can go now, updating the book as it goes.
+
+    The segment's weight version is the older of the prefill and decode workers' versions
+    (a conservative staleness). Returns the routes in the order they must be executed.
+    """
+    routes: list[Route] = []
+    loads = dict(book.loads())
+    for traj in book.queued():
+        r = route_one(
+            traj,
+            state,
+            loads,
+            book,
+            max_inflight_per_worker=max_inflight_per_worker,
+            allowed=allowed,
+        )
+        if r is None:
+            continue
+        version = version_of(state, r.prefill_worker_id)
+        if r.decode_worker_id is not None:
+            version = min(version, version_of(state, r.decode_worker_id))
+        book.mark_routed(traj.traj_id, r.prefill_worker_id, r.decode_worker_id, version)
+        for w in {r.prefill_worker_id, r.decode_worker_id or r.prefill_worker_id}:
+            loads[w] = loads.get(w, 0) + 1
+        routes.append(r)
+    return routes
