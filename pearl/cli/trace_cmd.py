@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from pearl.cli.common import console, guarded, print_json
@@ -77,7 +78,7 @@ def show(
     if as_json:
         print_json(doc)
         return
-    console.print(f"[bold]{trace.name}[/bold]  {trace.source}", highlight=False)
+    console.print(f"[bold]{escape(trace.name)}[/bold]  {escape(trace.source)}", highlight=False)
     table = Table("duration_s", "min_gpus", "mean_gpus", "max_gpus", "num_changes", "notice_s")
     table.add_row(
         f"{doc['duration_s']:g}",
