@@ -1,0 +1,434 @@
+"""Rollout worker: a Ray actor that runs one engine on one device slot (paper §4.4-§4.6, §5).
+
+The worker serves turns in its role:
+
+* `colocated`: `serve(request)` runs the whole turn (prefill then decode);
+* `prefill`: `prefill(request)` runs the prompt, samples the first token, exports the KV
+  through the transport and returns a `PrefillResult` with the handle;
+* `decode`: `serve(request, prefill_result)` imports the KV and generates the rest.
+
+`serve` is a streaming generator: each engine step's new tokens go to the caller at once,
+so when the worker's node is taken away the caller still holds every token generated so far
+(`collect_turn`). `generate` is the same without streaming.
+
+Control calls are served while a batch is being generated: the engine steps in a thread,
+one at a time under an `asyncio.Lock`, and every call that touches the engine takes that
+lock between two steps. So:
+
+* `set_role(role)` changes the role in place (no restart). Turns already admitted finish
+  under the role they were admitted with; new requests are checked against the new role.
+* `drain()` stops admissions and returns when no turn is left; `activate()` admits again.
+* `interrupt()` aborts every turn in flight; each caller gets an `interrupted` result with
+  everything generated so far (token ids and logprobs), and so does the return value.
+* `release()` / `restore()` free and rebuild device state (weights and KV) while the
+  process stays alive (intra-scale borrowing, paper §4.6); release interrupts live turns.
+* `sync_weights(version_or_snapshot)` pulls a weight snapshot from the object store in the
+  background (serving continues) and installs it between two steps.
+
+Bad requests (too long for the context limit, wrong role, worker draining or released)
+get an error result; they never crash the actor. Telemetry (`TurnRecord` per finished or
+interrupted turn, `WorkerStepRecord` per engine step) is collected with `telemetry()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pearl.control.state import Role
+from pearl.runtime.engine import RequestRejected
+from pearl.runtime.kv_transfer import KVLostError, get_transport
+from pearl.runtime.snapshots import REGISTRY_NAME
+from pearl.runtime.telemetry_sink import StepProbe, TelemetrySink, record_turn
+from pearl.runtime.topology import worker_options
+from pearl.runtime.worker_api import (
+    ERROR,
+    INTERRUPTED,
+    KV_LOST,
+    EngineSpec,
+    PrefillResult,
+    TokenChunk,
+    TurnRequest,
+    TurnResult,
+    WorkerStatus,
+)
+from pearl.runtime.worker_control import WorkerControl
+
+
+@dataclass
+class _Live:
+    """A turn admitted to this worker and not yet answered."""
+
+    request: TurnRequest
+    role: Role
+    t_queued_s: float
+    chunks: asyncio.Queue = field(default_factory=asyncio.Queue)
+    done: asyncio.Future | None = None
+    prefill: PrefillResult | None = None
+    t_kv_end_s: float | None = None
+    t_first_token_s: float | None = None
+    num_streamed: int = 0
+
+
+class RolloutWorker(WorkerControl):
+    """The actor class; create it with `start_worker` (or `ray.remote(RolloutWorker)`)."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        role: Role | str,
+        engine: EngineSpec | None = None,
+        *,
+        transport: str = "object_store",
+        registry_name: str = REGISTRY_NAME,
+        step_every: int = 1,
+    ) -> None:
+        self.worker_id = worker_id
+        self.role = Role(role)
+        self.engine = (engine or EngineSpec()).build()
+        self.transport = get_transport(transport)
+        self.registry_name = registry_name
+        self.probe = StepProbe(self.engine)
+        self.sink = TelemetrySink(worker_id, step_every=step_every)
+        self._live: dict[str, _Live] = {}
+        self._lock = asyncio.Lock()
+        self._loop_task: asyncio.Task | None = None
+        self._accepting = True
+        self._rollout_step = 0
+        self._syncing: int | None = None
+
+    # -- status -------------------------------------------------------------------------
+    def ready(self) -> WorkerStatus:
+        """Answers once the engine is built: a worker start is done when this returns."""
+        return self.status()
+
+    def status(self) -> WorkerStatus:
+        return WorkerStatus(
+            worker_id=self.worker_id,
+            role=self.role.value,
+            accepting=self._accepting,
+            num_running=len(self._live),
+            weight_version=self.engine.weight_version,
+            released=self.engine.is_released,
+            node_id=_node_id(),
+            num_engine_steps=self.sink.num_steps,
+            syncing_version=self._syncing,
+        )
+
+    def telemetry(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(TurnRecords, WorkerStepRecords) since the last call."""
+        return self.sink.drain()
+
+    # -- serving --------------------------------------------------------------------------
+    async def serve(self, request: TurnRequest, prefill: PrefillResult | None = None):
+        """Stream a turn: `TokenChunk`s of new tokens; the last one carries the result."""
+        live = await self._admit(request, prefill)
+        if isinstance(live, TurnResult):
+            yield TokenChunk(request.traj_id, request.turn, (), (), live)
+            return
+        finished = False
+        try:
+            while not finished:
+                chunk = await live.chunks.get()
+                finished = chunk.finished
+                yield chunk
+        finally:
+            if not finished:  # the caller went away: do not generate for no one
+                await self._abort((request.request_id,), INTERRUPTED)
+
+    async def generate(
+        self, request: TurnRequest, prefill: PrefillResult | None = None
+    ) -> TurnResult:
+        """Run a turn to its end (no streaming)."""
+        live = await self._admit(request, prefill)
+        if isinstance(live, TurnResult):
+            return live
+        assert live.done is not None
+        return await live.done
+
+    async def prefill(self, request: TurnRequest) -> PrefillResult:
+        """Prefill a turn, sample its first token and hand the KV to the transport."""
+        live = await self._admit(request, None, prefill_only=True)
+        if isinstance(live, TurnResult):
+            return _failed_prefill(live, request, self)
+        assert live.done is not None
+        return await live.done
+
+    async def _admit(
+        self, request: TurnRequest, prefill: PrefillResult | None, *, prefill_only: bool = False
+    ) -> _Live | TurnResult:
+        now = time.time()
+        t_queued = request.t_queued_s if request.t_queued_s is not None else now
+        refuse = self._refusal(request, prefill, prefill_only)
+        if refuse:
+            return self._error(request, refuse)
+        role = Role.PREFILL if prefill_only else (Role.DECODE if prefill else Role.COLOCATED)
+        live = _Live(request, role, t_queued, prefill=prefill)
+        live.done = asyncio.get_running_loop().create_future()
+        rid = request.request_id
+        payload = None
+        if prefill is not None:
+            try:  # pull the KV outside the lock: the engine keeps stepping meanwhile
+                payload = await asyncio.to_thread(self.transport.receive, prefill.handle)
+            except KVLostError as err:
+                return self._error(request, str(err), KV_LOST)
+        async with self._lock:
+            if rid in self._live:
+                return self._error(request, f"request '{rid}' is already running here")
+            try:
+                if payload is not None:
+                    self.engine.import_kv(rid, payload, request.sampling)
+                    live.t_kv_end_s = time.time()
+                else:
+                    self.engine.add_request(
+                        rid,
+                        list(request.prompt_token_ids),
+                        request.sampling,
+                        prefill_only=prefill_only,
+                    )
+            except (RequestRejected, ValueError) as err:
+                return self._error(request, str(err))
+            self._live[rid] = live
+            self._rollout_step = max(self._rollout_step, request.step)
+            if payload is not None and rid not in getattr(self.engine, "_seqs", {rid: None}):
+                # the imported turn was already complete (its last token came with the KV)
+                self._finish(live, payload.output_token_ids, payload.output_logprobs, "length")
+                return live
+        self._kick()
+        return live
+
+    def _refusal(
+        self, request: TurnRequest, prefill: PrefillResult | None, prefill_only: bool
+    ) -> str:
+        if not self._accepting:
+            return f"worker {self.worker_id} is draining and admits no request"
+        if self.engine.is_released:
+            return f"worker {self.worker_id} has released its device state"
+        if prefill is not None and prefill.handle is None:
+            return "the prefill result carries no KV handle"
+        if self.role is Role.COLOCATED:
+            return ""
+        if prefill_only and self.role is not Role.PREFILL:
+            return f"worker {self.worker_id} is a {self.role.value} worker, not prefill"
+        if not prefill_only and self.role is Role.PREFILL:
+            return f"worker {self.worker_id} is a prefill worker: call prefill()"
+        if self.role is Role.DECODE and prefill is None:
+            return f"worker {self.worker_id} is a decode worker: it needs a prefill result"
+        return ""
+
+    def _error(self, request: TurnRequest, message: str, reason: str = ERROR) -> TurnResult:
+        return TurnResult(
+            request.traj_id,
+            request.turn,
+            (),
+            (),
+            reason,
+            self.worker_id,
+            self.engine.weight_version,
+            error=message,
+        )
+
+    # -- the step loop ----------------------------------------------------------------------
+    def _kick(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            async with self._lock:
+                if self.engine.is_released or not self.engine.has_unfinished():
+                    return
+                try:
+                    outputs, exports = await asyncio.to_thread(self._step)
+                except Exception as err:  # a broken step must not kill the actor
+                    self._fail_all(f"engine step failed: {type(err).__name__}: {err}")
+                    return
+                self._dispatch(outputs, exports)
+            await asyncio.sleep(0)  # let control calls in between two steps
+
+    def _step(self) -> tuple[list[Any], dict[str, tuple[Any, float, Any]]]:
+        """One engine step (in a thread, under the lock); exports finished prefills."""
+        self.probe.reset()
+        t0 = time.time()
+        outputs = self.engine.step()
+        t1 = time.time()
+        self.sink.step(self.role.value, self._rollout_step, t1, self.probe.last, t1 - t0)
+        exports: dict[str, tuple[Any, float, Any]] = {}
+        for out in outputs:
+            if out.finished and out.finish_reason == "prefill":
+                t_kv = time.time()
+                payload = self.engine.export_kv(out.request_id)
+                handle = self.transport.send(
+                    payload, request_id=out.request_id, num_tokens=payload.num_kv_tokens
+                )
+                exports[out.request_id] = (handle, t_kv, payload)
+        return outputs, exports
+
+    def _dispatch(self, outputs: list[Any], exports: dict[str, tuple[Any, float, Any]]) -> None:
+        for out in outputs:
+            live = self._live.get(out.request_id)
+            if live is None:
+                continue
+            if live.t_first_token_s is None and out.new_token_ids:
+                live.t_first_token_s = time.time()
+            if out.request_id in exports:
+                handle, t_kv, _ = exports[out.request_id]
+                self._finish_prefill(live, out, handle, t_kv)
+            elif out.finished:
+                self._finish(
+                    live,
+                    out.output_token_ids,
+                    out.output_logprobs,
+                    out.finish_reason,
+                    cached=out.num_cached_prefix_tokens,
+                )
+            else:
+                self._stream(live, out.output_token_ids, out.output_logprobs)
+
+    def _stream(self, live: _Live, tokens: tuple[int, ...], logprobs: tuple[float, ...]) -> None:
+        new = tokens[live.num_streamed :]
+        if new:
+            live.chunks.put_nowait(
+                TokenChunk(
+                    live.request.traj_id, live.request.turn, new, logprobs[live.num_streamed :]
+                )
+            )
+            live.num_streamed = len(tokens)
+
+    def _finish(
+        self,
+        live: _Live,
+        tokens: tuple[int, ...],
+        logprobs: tuple[float, ...],
+        reason: str | None,
+        *,
+        cached: int = 0,
+        error: str | None = None,
+    ) -> None:
+        req = live.request
+        self._live.pop(req.request_id, None)
+        t_prefill_start = self.probe.forget(req.request_id)
+        result = TurnResult(
+            req.traj_id,
+            req.turn,
+            tuple(tokens),
+            tuple(logprobs),
+            reason or ERROR,
+            self.worker_id,
+            self.engine.weight_version,
+            error,
+            self._record(live, len(tokens), cached, t_prefill_start, reason),
+        )
+        tail = tokens[live.num_streamed :]
+        live.chunks.put_nowait(
+            TokenChunk(
+                req.traj_id, req.turn, tuple(tail), tuple(logprobs[live.num_streamed :]), result
+            )
+        )
+        live.num_streamed = len(tokens)
+        if live.done is not None and not live.done.done():
+            live.done.set_result(result)
+
+    def _finish_prefill(self, live: _Live, out: Any, handle: Any, t_kv: float) -> None:
+        req = live.request
+        self._live.pop(req.request_id, None)
+        t_start = self.probe.forget(req.request_id) or live.t_queued_s
+        result = PrefillResult(
+            req.traj_id,
+            req.turn,
+            handle,
+            tuple(out.output_token_ids),
+            tuple(out.output_logprobs),
+            "prefill",
+            self.worker_id,
+            self.engine.weight_version,
+            num_prompt_tokens=len(req.prompt_token_ids),
+            cached_prefix_tokens=out.num_cached_prefix_tokens,
+            t_queued_s=live.t_queued_s,
+            t_prefill_start_s=t_start,
+            t_prefill_end_s=t_kv,
+            t_kv_start_s=t_kv,
+        )
+        if live.done is not None and not live.done.done():
+            live.done.set_result(result)
+
+    def _record(
+        self, live: _Live, num_tokens: int, cached: int, t_start: float | None, reason: str | None
+    ) -> Any:
+        """The turn's TurnRecord, also kept for `telemetry()` (see `record_turn`)."""
+        rec = record_turn(
+            worker_id=self.worker_id,
+            weight_version=self.engine.weight_version,
+            request=live.request,
+            role=live.role.value,
+            prefill=live.prefill,
+            num_tokens=num_tokens,
+            cached_prefix_tokens=cached,
+            t_queued_s=live.t_queued_s,
+            t_start_s=t_start,
+            t_first_token_s=live.t_first_token_s,
+            t_kv_end_s=live.t_kv_end_s,
+            reason=reason,
+            interrupted_reasons=(INTERRUPTED,),
+        )
+        if rec is not None:
+            self.sink.turn(rec)
+        return rec
+
+
+def _failed_prefill(
+    result: TurnResult, request: TurnRequest, worker: RolloutWorker
+) -> PrefillResult:
+    return PrefillResult(
+        request.traj_id,
+        request.turn,
+        None,
+        result.token_ids,
+        result.logprobs,
+        result.finish_reason,
+        worker.worker_id,
+        worker.engine.weight_version,
+        num_prompt_tokens=len(request.prompt_token_ids),
+        error=result.error,
+    )
+
+
+def _node_id() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:  # noqa: BLE001 - status must always answer
+        return ""
+
+
+def start_worker(
+    worker_id: str,
+    role: Role | str,
+    gpu_ids: tuple[str, ...],
+    engine: EngineSpec | None = None,
+    *,
+    use_cuda: bool = False,
+    transport: str = "object_store",
+    registry_name: str = REGISTRY_NAME,
+    step_every: int = 1,
+) -> Any:
+    """Create the worker actor bound to device slots `gpu_ids` (see `topology`).
+
+    Returns the handle at once; `ray.get(handle.ready.remote())` waits for the engine.
+    """
+    import ray
+
+    cls = ray.remote(RolloutWorker)
+    return cls.options(
+        **worker_options(gpu_ids, use_cuda=use_cuda), max_restarts=0, max_concurrency=1000
+    ).remote(
+        worker_id,
+        role,
+        engine,
+        transport=transport,
+        registry_name=registry_name,
+        step_every=step_every,
+    )

@@ -1,0 +1,229 @@
+"""What flows between the driver and rollout workers: requests, streamed chunks, results.
+
+All frozen dataclasses, picklable, shipped through Ray. The driver-side helper
+`collect_turn` consumes a worker's token stream and turns a worker that died mid-turn (its
+node was preempted) into an interrupted result that keeps every token streamed so far
+(paper §4.5: interrupted requests keep their partial trajectories for later resumption).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pearl.control.telemetry import TurnRecord
+from pearl.runtime.engine import ModelConfig, SamplingParams
+from pearl.runtime.kv_transfer import KVHandle
+
+#: finish reasons a turn can end with, besides the engine's own ("stop", "length",
+#: "context_limit"): cut by `interrupt()`/`release()`, the worker died, the KV of a
+#: disaggregated turn was lost in transit, or the request was refused.
+INTERRUPTED = "interrupted"
+WORKER_LOST = "worker_lost"
+KV_LOST = "kv_lost"
+ERROR = "error"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How a worker builds its engine (contract C). `model_config=None`: the tiny test model.
+
+    `device="auto"` picks CUDA when the worker's process sees a device, else CPU.
+    `torch_threads` bounds intra-op threads (several workers share a small machine).
+    """
+
+    model_config: ModelConfig | None = None
+    checkpoint_dir: str | None = None
+    seed: int = 0
+    device: str = "auto"
+    num_kv_blocks: int = 256
+    block_size: int = 16
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 64
+    max_model_len: int | None = None
+    torch_threads: int = 1
+
+    def build(self) -> Any:
+        import torch
+
+        from pearl.runtime.engine import LLMEngine
+
+        if self.torch_threads > 0:
+            torch.set_num_threads(self.torch_threads)
+        device = self.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        return LLMEngine(
+            self.model_config if self.model_config is not None else ModelConfig.tiny(),
+            device=device,
+            seed=self.seed,
+            checkpoint_dir=self.checkpoint_dir,
+            num_kv_blocks=self.num_kv_blocks,
+            block_size=self.block_size,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.max_model_len,
+        )
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One turn of one trajectory: the whole context so far as the prompt.
+
+    `t_queued_s` is when the driver queued it (wall clock); None: when the worker got it.
+    `resumed` marks a turn restarted after an interruption (one full prefill of its context).
+    """
+
+    traj_id: str
+    turn: int
+    prompt_token_ids: tuple[int, ...]
+    sampling: SamplingParams
+    step: int = 0
+    resumed: bool = False
+    t_queued_s: float | None = None
+
+    @property
+    def request_id(self) -> str:
+        return f"{self.traj_id}#{self.turn}"
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """How a turn ended on a worker. `token_ids`/`logprobs`: everything generated this turn
+    (for a disaggregated turn, including the prefill worker's first token)."""
+
+    traj_id: str
+    turn: int
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    worker_id: str
+    weight_version: int = 0
+    error: str | None = None
+    record: TurnRecord | None = None
+
+    @property
+    def request_id(self) -> str:
+        return f"{self.traj_id}#{self.turn}"
+
+    @property
+    def interrupted(self) -> bool:
+        """Cut short; the generated prefix is kept and the turn can resume elsewhere."""
+        return self.finish_reason in (INTERRUPTED, WORKER_LOST, KV_LOST)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.interrupted
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    """A prefill worker's answer: the KV handle plus what the decode side needs to finish.
+
+    `handle` is None when the turn already ended at its first token (`finish_reason` stop
+    or length: `token_ids` is the whole answer), or on error/interruption.
+    """
+
+    traj_id: str
+    turn: int
+    handle: KVHandle | None
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    worker_id: str
+    weight_version: int
+    num_prompt_tokens: int = 0
+    cached_prefix_tokens: int = 0
+    t_queued_s: float = 0.0
+    t_prefill_start_s: float = 0.0
+    t_prefill_end_s: float = 0.0
+    t_kv_start_s: float = 0.0
+    error: str | None = None
+
+    @property
+    def request_id(self) -> str:
+        return f"{self.traj_id}#{self.turn}"
+
+    @property
+    def needs_decode(self) -> bool:
+        return self.handle is not None
+
+    def as_turn_result(self) -> TurnResult:
+        """The turn's result when no decode step follows (finished at once, or failed)."""
+        return TurnResult(
+            self.traj_id,
+            self.turn,
+            self.token_ids,
+            self.logprobs,
+            self.finish_reason,
+            self.worker_id,
+            self.weight_version,
+            self.error,
+        )
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """A piece of a streamed turn: new tokens; the last chunk has `result` set."""
+
+    traj_id: str
+    turn: int
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    result: TurnResult | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    worker_id: str
+    role: str
+    accepting: bool
+    num_running: int
+    weight_version: int
+    released: bool
+    node_id: str
+    num_engine_steps: int
+    syncing_version: int | None = None
+
+
+async def collect_turn(stream: Any, request: TurnRequest, worker_id: str) -> TurnResult:
+    """Consume a worker's `serve` stream to the end.
+
+    If the worker dies mid-turn (node preempted, process killed), returns a `worker_lost`
+    result holding every token streamed before the death.
+    """
+    import ray
+
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    try:
+        async for ref in stream:
+            chunk: TokenChunk = await ref
+            tokens.extend(chunk.token_ids)
+            logprobs.extend(chunk.logprobs)
+            if chunk.result is not None:
+                return chunk.result
+        raise RuntimeError("stream ended without a result")
+    except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError) as err:
+        return TurnResult(
+            request.traj_id,
+            request.turn,
+            tuple(tokens),
+            tuple(logprobs),
+            WORKER_LOST,
+            worker_id,
+            error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+        )
+
+
+def with_env_times(result: TurnResult, t_env_start_s: float, t_env_end_s: float) -> TurnResult:
+    """The result with its record's environment step filled in (the driver runs envs)."""
+    if result.record is None:
+        return result
+    t0 = max(t_env_start_s, result.record.t_decode_end_s)
+    rec = replace(result.record, t_env_start_s=t0, t_env_end_s=max(t0, t_env_end_s))
+    return replace(result, record=rec)

@@ -1,0 +1,132 @@
+"""Control calls of a rollout worker: role, drain, interrupt, device state, weights.
+
+A mixin of `RolloutWorker` (pearl/runtime/worker.py), split out to keep each module small;
+it uses the worker's engine, lock and table of live turns. Every call that touches the
+engine takes the worker's lock, so it runs between two engine steps (paper §4.4: role
+changes in place; §4.5: interrupt with preservation; §4.6: release/restore of device state
+while the process stays; §5: background weight pull).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from pearl.control.state import Role
+from pearl.runtime.engine import RequestRejected
+from pearl.runtime.snapshots import Snapshot, fetch_weights
+from pearl.runtime.worker_api import ERROR, INTERRUPTED, TurnResult
+
+
+class WorkerControl:
+    """Control half of `RolloutWorker`; attributes are set by the worker's `__init__`."""
+
+    engine: Any
+    role: Role
+    registry_name: str
+    _lock: asyncio.Lock
+    _live: dict[str, Any]
+    _accepting: bool
+    _syncing: int | None
+
+    def _finish(self, live: Any, tokens: Any, logprobs: Any, reason: str | None, **kw: Any) -> None:
+        raise NotImplementedError
+
+    async def set_role(self, role: Role | str) -> float:
+        """Change the role in place; returns the time it took in ms. See the module doc."""
+        t0 = time.perf_counter()
+        async with self._lock:
+            self.role = Role(role)
+        return (time.perf_counter() - t0) * 1000.0
+
+    async def drain(self) -> int:
+        """Stop admitting; return when every turn in flight is answered (how many were)."""
+        self._accepting = False
+        waiting = [live.done for live in self._live.values() if live.done is not None]
+        if waiting:
+            await asyncio.gather(*waiting)
+        return len(waiting)
+
+    def activate(self) -> None:
+        self._accepting = True
+
+    async def interrupt(self, request_ids: tuple[str, ...] | None = None) -> list[TurnResult]:
+        """Abort turns in flight (all by default), keeping what each generated."""
+        return await self._abort(request_ids, INTERRUPTED)
+
+    async def _abort(self, request_ids: tuple[str, ...] | None, reason: str) -> list[TurnResult]:
+        results: list[TurnResult] = []
+        async with self._lock:
+            for rid in list(self._live if request_ids is None else request_ids):
+                live = self._live.get(rid)
+                if live is None:
+                    continue
+                try:
+                    out = self.engine.abort(rid)
+                    tokens, logprobs = out.output_token_ids, out.output_logprobs
+                    cached = out.num_cached_prefix_tokens
+                except RequestRejected:  # not in the engine (any more)
+                    tokens, logprobs, cached = (), (), 0
+                self._finish(live, tokens, logprobs, reason, cached=cached)
+                results.append(live.done.result())  # type: ignore[union-attr]
+        return results
+
+    def _fail_all(self, message: str) -> None:
+        for rid in list(self._live):
+            live = self._live[rid]
+            try:
+                self.engine.abort(rid)
+            except Exception:  # noqa: BLE001 - the engine is already in trouble
+                pass
+            self._finish(live, (), (), ERROR, error=message)
+
+    async def release(self) -> list[TurnResult]:
+        """Free device state (weights and KV); live turns are interrupted and returned."""
+        results = await self._abort(None, INTERRUPTED)
+        async with self._lock:
+            await asyncio.to_thread(self.engine.release)
+        return results
+
+    async def restore(self) -> float:
+        """Rebuild device state; returns the time it took in ms."""
+        t0 = time.perf_counter()
+        async with self._lock:
+            await asyncio.to_thread(self.engine.restore)
+        return (time.perf_counter() - t0) * 1000.0
+
+    async def sync_weights(self, target: int | Snapshot) -> int:
+        """Pull weight version `target` (a version in the registry, or a `Snapshot`) in the
+        background and install it between two engine steps; returns the version now loaded."""
+        snap = target if isinstance(target, Snapshot) else await self._lookup(target)
+        if snap.version == self.engine.weight_version:
+            return snap.version
+        self._syncing = snap.version
+        try:
+            weights = await asyncio.to_thread(fetch_weights, snap)
+            async with self._lock:
+                await asyncio.to_thread(self.engine.load_weights, weights, snap.version)
+        finally:
+            self._syncing = None
+        return self.engine.weight_version
+
+    async def sync_latest(self) -> int:
+        """Pull the newest published version (a new worker does this before admission)."""
+        import ray
+
+        registry = ray.get_actor(self.registry_name)
+        snap = await registry.latest.remote()
+        if snap is None:
+            return self.engine.weight_version
+        return await self.sync_weights(snap)
+
+    async def _lookup(self, version: int) -> Snapshot:
+        import ray
+
+        registry = ray.get_actor(self.registry_name)
+        return await registry.get.remote(version)
+
+    def stop(self) -> None:
+        import ray
+
+        ray.actor.exit_actor()
