@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pearl.envs.code_repair.paths import SandboxPathError, relative_to_root, resolve_in_sandbox
 from pearl.envs.code_repair.projects import PROJECTS, Project
-from pearl.envs.code_repair.sandbox import Limits, prepare_root, run_in_sandbox
+from pearl.envs.code_repair.sandbox import Limits, new_root, run_in_sandbox
 from pearl.envs.protocol import (
     EpisodeOver,
     Observation,
@@ -79,13 +78,12 @@ class CodeRepairEnv:
         check_task_id(task_id, self.num_tasks)
         self.close()
         project = self.projects[task_id]
-        root = Path(tempfile.mkdtemp(prefix=f"pearl-{project.name}-", dir=self._work_dir))
-        prepare_root(root)
+        root = new_root(prefix=f"pearl-{project.name}-", parent=self._work_dir)
         for rel, text in project.files:
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        self._root, self._project = root.resolve(), project
+        self._root, self._project = root, project
         self._turn, self._done = 0, False
         files = "\n".join(sorted(rel for rel, _ in project.files))
         text = (

@@ -70,6 +70,8 @@ def _set_limits(limits):
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"],) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_bytes"],) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.get("nice"):
+        os.nice(int(limits["nice"]))  # a runaway sandbox must not starve the machine
     if limits.get("nproc") is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"],) * 2)
 

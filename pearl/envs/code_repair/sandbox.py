@@ -32,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class Limits:
     max_output_bytes: int = 8192  # kept for the observation (head and tail)
     kill_output_bytes: int = 2**20  # a run that prints more than this is killed
     allow_subprocess: bool = False  # audit-hook policy; OS limits apply either way
+    nice: int = 10  # scheduling niceness added to the sandbox's processes
 
     def __post_init__(self) -> None:
         if self.wall_timeout_s <= 0 or self.cpu_time_s < 1 or self.max_processes < 1:
@@ -118,14 +120,35 @@ def run_in_sandbox(
 
 
 def prepare_root(root: Path) -> None:
-    """Make a fresh sandbox directory private (0700) before files are written into it."""
+    """Make a fresh sandbox directory private (0700) before files are written into it.
+
+    With a uid drop, every ancestor of `root` must be searchable by others (o+x), as the
+    system temp directory is: `new_root()` makes such a directory.
+    """
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)
+
+
+def new_root(prefix: str = "pearl-sbx-", parent: str | None = None) -> Path:
+    """A fresh private sandbox directory (in the system temp dir unless `parent` is given)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent)).resolve()
+    prepare_root(root)
+    return root
+
+
+def _check_searchable(root: Path) -> None:
+    for parent in root.parents:
+        if not os.stat(parent).st_mode & 0o001:
+            raise ValueError(
+                f"sandbox root {root} is under {parent}, which other users cannot search; "
+                "the sandbox uid could not reach it (use new_root())"
+            )
 
 
 def _run(root: Path, limits: Limits, iso: Isolation, *, mode: str, script: str | None) -> RunResult:
     uid = _next_uid() if iso.drops_uid else None
     if uid is not None:
+        _check_searchable(root)
         _chown_tree(root, uid)
     cfg = {
         "root": str(root),
@@ -138,6 +161,7 @@ def _run(root: Path, limits: Limits, iso: Isolation, *, mode: str, script: str |
             "memory_bytes": limits.memory_bytes,
             "max_file_bytes": limits.max_file_bytes,
             "nproc": _nproc_limit(limits, iso),
+            "nice": limits.nice,
         },
     }
     argv = [*iso.prefix, iso.python, "-I", "-S", "-B", "-c", _RUNNER_SOURCE, json.dumps(cfg)]
@@ -172,6 +196,7 @@ def _run(root: Path, limits: Limits, iso: Isolation, *, mode: str, script: str |
     proc.wait()
     reader.join()
     if uid is not None:
+        _wait_gone(uid, timeout_s=2.0)  # the PID namespace is torn down asynchronously
         _chown_tree(root, os.getuid())
     wall_s = time.monotonic() - start
     reason = reason or _signal_reason(proc.returncode, limits)
@@ -281,6 +306,12 @@ def _chown_tree(root: Path, uid: int) -> None:
     os.lchown(root, uid, uid)
 
 
+def _wait_gone(uid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _count_tasks_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _nproc_limit(limits: Limits, iso: Isolation) -> int:
     """RLIMIT_NPROC counts every task of the real uid: a fresh uid starts at zero."""
     if iso.drops_uid:
@@ -308,7 +339,7 @@ def isolation() -> Isolation:
     order = ["full", "userns", "none"]
     allowed = order[order.index(cap) :] if cap in order else order
     unshare = shutil.which("unshare")
-    ns_flags = ["--net", "--pid", "--fork", "--kill-child"]
+    ns_flags = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
     candidates: list[tuple[str, tuple[str, ...]]] = []
     if unshare and os.geteuid() == 0 and "full" in allowed:
         candidates.append(("full", (unshare, *ns_flags, "--")))
@@ -334,8 +365,6 @@ def _interpreters() -> list[str]:
 
 
 def _probe(iso: Isolation) -> bool:
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="pearl-probe-") as tmp:
         root = Path(tmp)
         prepare_root(root)
