@@ -20,6 +20,15 @@ if TYPE_CHECKING:  # the decision engine's telemetry records (contract A)
     from pearl.control.telemetry import TurnRecord, WorkerStepRecord
 
 
+# -- start ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The world is up. The controller plans workers for its free GPUs and starts the first
+    rollout batches (it does the same on whatever event comes first; this one is explicit)."""
+
+    time_s: float
+
+
 # -- GPUs coming and going (paper §4.1.2, §4.5) ---------------------------------------------
 @dataclass(frozen=True, slots=True)
 class GpusOffered:
@@ -162,7 +171,8 @@ class RolloutStepFinished:
 
 
 Event = (
-    GpusOffered
+    Started
+    | GpusOffered
     | ReclaimNotice
     | GpusGone
     | TrainingIdle
@@ -180,6 +190,7 @@ Event = (
 )
 
 EVENT_TYPES: tuple[type, ...] = (
+    Started,
     GpusOffered,
     ReclaimNotice,
     GpusGone,

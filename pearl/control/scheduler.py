@@ -213,7 +213,9 @@ class SchedulerCore:
         del self.groups[g.group_id]
         self._emit(cmd.AdmitGroup(g.group_id, g.worker_ids))
         self._decide(f"admit {g.group_id} ({len(g.worker_ids)} workers)")
-        self.advisor.record_switch(g.kind, self.now_s - g.started_s, borrowed=g.kind == "borrow")
+        if g.kind in ("expand", "borrow"):
+            cost_s = self.now_s - g.started_s
+            self.advisor.record_switch(g.kind, cost_s, borrowed=g.kind == "borrow")
         self._after_transition()
 
     def _cancel_group(self, g: Group, reason: str, *, failed: str | None = None) -> list[str]:
