@@ -263,6 +263,7 @@ class Controller(ToggleMixin):
 
 
 _HANDLERS: dict[type, Any] = {
+    ev.Started: lambda self, e: None,
     ev.GpusOffered: Controller._h_offer,
     ev.ReclaimNotice: Controller._h_reclaim,
     ev.GpusGone: Controller._h_gone,
