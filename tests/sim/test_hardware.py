@@ -1,0 +1,193 @@
+"""The simulator's hardware model: hand-computed iteration times, closed forms, memory."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pearl.sim.hardware import HardwareParams, WorkerHardware
+from pearl.specs import get_gpu, get_model
+from pearl.specs.hardware import GpuSpec, ModelSpec
+
+# A toy dense model and GPU with round numbers, so every figure below is computable by hand:
+# embedding 1000 x 1000 = 1e6 params (input) + 1e6 (LM head), 100e6 other params.
+TOY_MODEL = ModelSpec(
+    name="toy",
+    architecture="Qwen3ForCausalLM",
+    num_hidden_layers=10,
+    hidden_size=1000,
+    num_attention_heads=10,
+    num_key_value_heads=2,
+    head_dim=100,
+    intermediate_size=4000,
+    vocab_size=1000,
+    max_position_embeddings=100_000,
+    rope_theta=1e6,
+    params_total=102_000_000,
+    weight_bytes_bf16=204_000_000,
+    kv_bytes_per_token_bf16=8000,  # 2 * 10 layers * 2 kv heads * 100 * 2 bytes
+)
+TOY_GPU = GpuSpec(name="toy-gpu", bf16_tflops=1.0, hbm_tb_s=0.1, hbm_gb=10, nvlink_gb_s_per_dir=100)
+IDEAL = HardwareParams(
+    compute_efficiency=1.0,
+    memory_efficiency=1.0,
+    iteration_overhead_s=0.0,
+    per_seq_overhead_s=0.0,
+    activation_reserve_bytes=0.0,
+    transfer_latency_s=0.0,
+)
+
+
+def toy(tp: int = 1, params: HardwareParams = IDEAL) -> WorkerHardware:
+    return WorkerHardware(TOY_MODEL, TOY_GPU, tp, params)
+
+
+def test_decode_step_is_memory_bound_and_hand_computed():
+    """One decode token at context 1000: weights (minus the input embedding) plus KV read."""
+    hw = toy()
+    # flops: 2*100e6 + LM head 2*1e6 + attention 4*10*100*10*1000 = 2.42e8 -> 0.242 ms
+    # bytes: (204e6 - 2e6) + 8000 * (1000 + 1) = 210.008e6 -> 2.10008 ms at 1e11 B/s
+    assert hw.decode_step_time_s(1, 1000) == pytest.approx(2.10008e-3, rel=1e-12)
+
+
+def test_prefill_is_compute_bound_and_hand_computed():
+    """A 1000-token prompt: linear flops plus causal attention over 500500 pairs."""
+    hw = toy()
+    # flops: 2e8 * 1000 + 2e6 (one sampled token) + 4e4 * 500500 = 2.20022e11 -> 0.220022 s
+    assert hw.prefill_time_s(1000) == pytest.approx(0.220022, rel=1e-12)
+    # With 600 cached tokens only 400 are computed, attending to 600 + (1..400) positions.
+    pairs = 400 * 600 + 400 * 401 / 2
+    expected = (2e8 * 400 + 2e6 + 4e4 * pairs) / 1e12
+    assert hw.prefill_time_s(400, cached_tokens=600) == pytest.approx(expected, rel=1e-12)
+
+
+def test_overheads_add_per_iteration_and_per_sequence():
+    """Fixed overhead per iteration and per sampled sequence, on top of max(compute, memory)."""
+    p = HardwareParams(
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        iteration_overhead_s=0.001,
+        per_seq_overhead_s=0.0001,
+        activation_reserve_bytes=0.0,
+    )
+    base = toy().decode_step_time_s(4, 4000)
+    assert toy(params=p).decode_step_time_s(4, 4000) == pytest.approx(base + 0.001 + 0.0004)
+
+
+def test_efficiencies_default_per_gpu_type():
+    """Without overrides, efficiencies come from the GPU type (compute 60%, memory 72%)."""
+    hw = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"))
+    assert hw.compute_rate == pytest.approx(0.60 * 989e12)
+    assert hw.memory_rate == pytest.approx(0.72 * 3.35e12)
+
+
+def test_moe_expert_coverage_matches_the_spec_comment():
+    """Expected experts touched per layer E*(1-(1-k/E)^B): 8, 52, 82, 112, 126 for Qwen3-30B-A3B."""
+    hw = WorkerHardware(get_model("qwen3-30b-a3b"), get_gpu("h100-sxm"))
+    for tokens, experts in [(1, 8), (8, 52), (16, 82), (32, 112), (64, 126)]:
+        frac = (hw.weight_bytes_read(tokens) - hw.dense_weight_bytes) / hw.expert_weight_bytes
+        assert round(128 * frac) == experts
+    # So decode at batch 64 reads nearly all weights while batch 1 reads a small fraction.
+    assert hw.weight_bytes_read(1) < 0.2 * hw.weight_bytes
+    assert hw.weight_bytes_read(64) > 0.9 * hw.weight_bytes
+
+
+def test_moe_decode_is_cheaper_than_dense_at_batch_one_only():
+    """A3B saves compute and (at tiny batches) bandwidth; at batch 64 it reads ~all 61 GB."""
+    gpu = get_gpu("h100-sxm")
+    dense = WorkerHardware(get_model("qwen3-8b"), gpu)
+    moe = WorkerHardware(get_model("qwen3-30b-a3b"), gpu, tp=2)
+    assert moe.decode_step_time_s(1, 1000) < dense.decode_step_time_s(1, 1000)
+    moe1 = WorkerHardware(get_model("qwen3-30b-a3b"), gpu)
+    assert moe1.decode_step_time_s(64, 64 * 1000) > dense.decode_step_time_s(64, 64 * 1000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    d=st.integers(1, 128),
+    ctx=st.integers(0, 2_000_000),
+    k=st.integers(1, 400),
+    model=st.sampled_from(["qwen3-8b", "qwen3-30b-a3b"]),
+    gpu=st.sampled_from(["h100-sxm", "h20", "a100-80g"]),
+)
+def test_decode_stretch_closed_form_equals_sum_of_steps(d, ctx, k, model, gpu):
+    """The closed-form stretch time equals stepping one iteration at a time."""
+    hw = WorkerHardware(get_model(model), get_gpu(gpu))
+    by_steps = sum(hw.decode_step_time_s(d, ctx + d * n) for n in range(k))
+    assert hw.decode_stretch_time_s(d, ctx, k) == pytest.approx(by_steps, rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    d=st.integers(1, 64),
+    ctx=st.integers(0, 500_000),
+    budget=st.floats(0.0, 30.0),
+    k=st.integers(1, 3000),
+)
+def test_decode_steps_within_is_the_largest_fitting_count(d, ctx, budget, k):
+    """steps_within returns n <= k whole steps with time(n) <= budget < time(n+1)."""
+    hw = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"))
+    n, elapsed = hw.decode_steps_within(d, ctx, budget, k)
+    assert 0 <= n <= k
+    assert elapsed == pytest.approx(hw.decode_stretch_time_s(d, ctx, n))
+    assert elapsed <= budget + 1e-12
+    if n < k:
+        assert hw.decode_stretch_time_s(d, ctx, n + 1) > budget
+
+
+def test_kv_capacity_is_hbm_minus_weights_and_reserves():
+    """KV tokens = (tp * (hbm * util - reserve) - weights) / kv bytes per token."""
+    hw = toy()
+    assert hw.kv_capacity_tokens == (10e9 * 0.9 - 204e6) // 8000
+    m8 = get_model("qwen3-8b")
+    h100 = get_gpu("h100-sxm")
+    hw8 = WorkerHardware(m8, h100)
+    assert hw8.kv_capacity_tokens == int((80e9 * 0.9 - 2e9 - m8.weight_bytes_bf16) // 147456)
+    # Qwen3-30B-A3B barely fits one H100 (61 GB of weights): a small KV pool; tp=2 is large.
+    moe1 = WorkerHardware(get_model("qwen3-30b-a3b"), h100)
+    moe2 = WorkerHardware(get_model("qwen3-30b-a3b"), h100, tp=2)
+    assert 50_000 < moe1.kv_capacity_tokens < 150_000
+    assert moe2.kv_capacity_tokens > 5 * moe1.kv_capacity_tokens
+
+
+def test_weights_that_do_not_fit_give_zero_capacity():
+    small = GpuSpec(name="small", bf16_tflops=100, hbm_tb_s=1, hbm_gb=16, nvlink_gb_s_per_dir=50)
+    assert WorkerHardware(get_model("qwen3-30b-a3b"), small).kv_capacity_tokens == 0
+
+
+def test_tensor_parallel_divides_work_and_adds_communication():
+    """tp=2 halves compute and memory time and adds 2 all-reduces per layer."""
+    p = HardwareParams(
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        iteration_overhead_s=0.0,
+        per_seq_overhead_s=0.0,
+        allreduce_latency_s=1e-5,
+    )
+    one = toy(1, p)
+    two = toy(2, p)
+    t1 = one.decode_step_time_s(1, 1000)
+    t2 = two.decode_step_time_s(1, 1000)
+    # 20 all-reduces: latency 1e-5 each + ring bytes 2*(1/2)*1000*2 B / 100 GB/s each
+    comm = 20 * (1e-5 + 1.0 * 2000 / 100e9)
+    assert t2 == pytest.approx(t1 / 2 + comm, rel=1e-12)
+
+
+def test_kv_transfer_time_from_bytes_and_link():
+    """latency + tokens * kv bytes / link bandwidth (NIC across nodes, NVLink within)."""
+    p = HardwareParams(transfer_latency_s=0.002, inter_node_bytes_per_s=25e9)
+    hw = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"), params=p)
+    assert hw.kv_transfer_time_s(10_000) == pytest.approx(0.002 + 10_000 * 147456 / 25e9)
+    assert hw.kv_transfer_time_s(10_000, same_node=True) == pytest.approx(
+        0.002 + 10_000 * 147456 / 450e9
+    )
+    assert hw.kv_transfer_time_s(0) == 0.0
+
+
+def test_bad_params_are_rejected():
+    with pytest.raises(ValueError):
+        HardwareParams(compute_efficiency=1.5)
+    with pytest.raises(ValueError):
+        WorkerHardware(TOY_MODEL, TOY_GPU, tp=0)
+    assert math.isfinite(toy().decode_step_time_s(0, 0))
