@@ -1,0 +1,50 @@
+"""Load typed (pydantic) configs from YAML with errors that name the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from pearl.errors import InputError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def model_from_dict(cls: type[M], doc: Any, source: str) -> M:
+    """Validate `doc` as `cls`; the first problem becomes an `InputError` naming its field."""
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise InputError(source, "expected a mapping at top level")
+    try:
+        return cls.model_validate(doc)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or None
+        raise InputError(source, first["msg"], field=field) from None
+
+
+def load_yaml_model(cls: type[M], path: Path | str) -> M:
+    """Read a YAML file into `cls` (missing fields take their defaults)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise InputError(str(p), "file not found") from None
+    except OSError as err:
+        raise InputError(str(p), f"cannot read: {err.strerror}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        raise InputError(str(p), "not valid YAML", location=where) from None
+    return model_from_dict(cls, doc, str(p))
+
+
+def dump_yaml_model(model: BaseModel) -> str:
+    """YAML text that `load_yaml_model` reads back to an equal model."""
+    return yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False)

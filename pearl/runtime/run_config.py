@@ -1,0 +1,135 @@
+"""`pearl run` configuration: one typed tree, loaded from YAML, dumped into every run dir.
+
+Each component gets its own sub-config. Defaults are the demo: a tiny Qwen3-architecture
+model learning the `guess` task on a local multi-node Ray cluster whose preemptible nodes
+follow a few-minute trace.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pearl.configio import dump_yaml_model, load_yaml_model
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelSection(_M):
+    """Which policy model runs (the same weights on trainer and rollout workers)."""
+
+    checkpoint_dir: str | None = Field(
+        None, description="Local HF checkpoint dir (config.json + *.safetensors); None: tiny model."
+    )
+    tiny_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of the tiny test model's config fields."
+    )
+    init_seed: int = Field(0, description="Seed of the random initial weights (no checkpoint).")
+
+
+class EngineSection(_M):
+    """Inference-engine sizing per rollout worker."""
+
+    num_kv_blocks: int = Field(256, ge=8, description="Paged-KV blocks per worker.")
+    block_size: int = Field(16, ge=1, description="Tokens per KV block.")
+    max_num_batched_tokens: int = Field(512, ge=16, description="Token budget per engine step.")
+    max_num_seqs: int = Field(64, ge=1, description="Sequences per engine step.")
+    torch_threads: int = Field(1, ge=1, description="Intra-op threads per worker process.")
+
+
+class EnvSection(_M):
+    """The environment every trajectory interacts with."""
+
+    name: str = Field("guess", description="Registered environment name (guess, code_repair).")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Environment options.")
+    num_hosts: int = Field(2, ge=1, description="Parallel environment hosts in the pool.")
+    use_ray: bool = Field(False, description="Host environments in Ray actors, not threads.")
+
+
+class RolloutSection(_M):
+    """Rollout batches: B = batch_size trajectories in GRPO groups of group_size."""
+
+    batch_size: int = Field(16, ge=1, description="Trajectories per rollout step (B).")
+    group_size: int = Field(4, ge=1, description="Samples per prompt (a GRPO group).")
+    max_new_tokens: int = Field(4, ge=1, description="Generation cap per turn, in tokens.")
+    max_context_tokens: int = Field(256, ge=16, description="Trajectory length limit in tokens.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_staleness: int = Field(1, ge=0, description="Max weight versions a trajectory may lag.")
+
+    @model_validator(mode="after")
+    def _groups(self) -> RolloutSection:
+        if self.batch_size % self.group_size:
+            raise ValueError("batch_size must be a multiple of group_size")
+        return self
+
+
+class TrainerSection(_M):
+    """GRPO on the training devices."""
+
+    num_steps: int = Field(12, ge=1, description="Training steps (rollout batches) to run.")
+    lr: float = Field(1e-2, gt=0, description="AdamW learning rate.")
+    clip_eps: float = Field(0.2, gt=0, description="PPO clip range.")
+    kl_coef: float = Field(0.0, ge=0, description="KL penalty against the initial policy.")
+    micro_batch_size: int = Field(16, ge=1, description="Trajectories per backward pass.")
+    return_grace_s: float = Field(
+        10.0, gt=0, description="Borrowed training devices must be back this long after asked."
+    )
+
+
+class ClusterSection(_M):
+    """Device slots (GPUs on a real cluster, CPU slots on a laptop) by zone."""
+
+    address: str | None = Field(None, description="Ray address ('auto'); None: local cluster.")
+    num_dedicated: int = Field(2, ge=1, description="Reserved rollout device slots.")
+    num_training: int = Field(2, ge=1, description="Training device slots (borrowable).")
+    gpus_per_worker: int = Field(1, ge=1, description="Device slots per rollout worker.")
+    use_cuda: bool = Field(False, description="Bind workers to CUDA devices.")
+    worker_init_failure_rate: float = Field(
+        0.0, ge=0, le=1, description="Chaos testing: probability a worker start fails."
+    )
+
+
+class TraceSection(_M):
+    """Preemptible availability: nodes added and removed by a trace."""
+
+    source: str | None = Field(
+        "demo", description="Trace name or file (pearl trace list); None: no preemptible GPUs."
+    )
+    scale: str | None = Field(None, description="Scale nodes to slots, 'A/B'.")
+    window: str | None = Field(None, description="Cut 'START:END' seconds of the trace.")
+    cap: int | None = Field(2, ge=0, description="At most this many preemptible slots.")
+    time_scale: float = Field(1.0, gt=0, description="Trace seconds per wall second.")
+    reclaim_notice_s: float | None = Field(
+        None, ge=0, description="Override the trace's reclaim-notice lead time (trace seconds)."
+    )
+
+
+class ControllerSection(_M):
+    """The policy that drives the controller."""
+
+    policy: str = Field("pearl", description="pearl, roll, rlboost+, or an ablation name.")
+
+
+class RunConfig(_M):
+    seed: int = Field(0, description="Seed of sampling, tasks and chaos.")
+    model: ModelSection = Field(default_factory=ModelSection)
+    engine: EngineSection = Field(default_factory=EngineSection)
+    env: EnvSection = Field(default_factory=EnvSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
+    cluster: ClusterSection = Field(default_factory=ClusterSection)
+    trace: TraceSection = Field(default_factory=TraceSection)
+    controller: ControllerSection = Field(default_factory=ControllerSection)
+
+
+def load_run_config(path: Path | str) -> RunConfig:
+    return load_yaml_model(RunConfig, path)
+
+
+def dump_run_config(cfg: RunConfig) -> str:
+    return dump_yaml_model(cfg)
