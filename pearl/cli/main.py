@@ -28,6 +28,10 @@ def _register() -> None:
 
     plan_cmd.register(app)
     trace_cmd.register(app)
+    from pearl.cli import decide_cmd, profile_cmd
+
+    profile_cmd.register(app)
+    decide_cmd.register(app)
 
 
 _register()

@@ -1,0 +1,129 @@
+"""`pearl profile fit`: telemetry JSONL -> workload profile JSON (paper §4.1.1, §4.3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from pearl.cli.common import console, guarded, print_json
+from pearl.control.profile import HardwarePrior, ProfileError, WorkloadProfile
+from pearl.control.telemetry import TelemetryError, read_jsonl
+from pearl.control.tracker import RuntimeTracker
+from pearl.errors import InputError
+from pearl.specs import get_gpu, get_model
+
+profile_app = typer.Typer(
+    help="Workload profiles: fit one from telemetry.", no_args_is_help=True, add_completion=False
+)
+
+
+def hardware_prior(model: str, gpu: str, gpus_per_worker: int) -> HardwarePrior:
+    """The decision engine's hardware prior from the bundled specs (pydantic stays here)."""
+    return HardwarePrior.from_specs(get_model(model), get_gpu(gpu), gpus_per_worker=gpus_per_worker)
+
+
+def load_profile(path: Path) -> WorkloadProfile:
+    """Read and validate a profile JSON file; errors name the file and the field."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    except OSError as err:
+        raise InputError(str(path), f"cannot read: {err.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(
+            str(path), f"not valid JSON: {err.msg}", location=f"line {err.lineno}"
+        ) from None
+    try:
+        return WorkloadProfile.from_json(doc, str(path))
+    except ProfileError as err:
+        raise InputError(str(path), err.message, location=err.location, field=err.field) from None
+
+
+def fit_profile(
+    path: Path,
+    *,
+    model: str | None = None,
+    gpu: str | None = None,
+    gpus_per_worker: int | None = None,
+    alpha: float = 0.5,
+) -> WorkloadProfile:
+    """Fold every rollout step of a telemetry file, in order, into a fresh tracker."""
+    try:
+        tel = read_jsonl(path)
+    except TelemetryError as err:
+        raise InputError(err.source, err.message, location=err.location, field=err.field) from None
+    if not tel.turns:
+        raise InputError(str(path), "no turn records (kind: turn) to fit a profile from")
+    hw = hardware_prior(
+        model or tel.meta.model or "qwen3-8b",
+        gpu or tel.meta.gpu or "h100-sxm",
+        gpus_per_worker or tel.meta.gpus_per_worker,
+    )
+    tracker = RuntimeTracker(hw, alpha=alpha)
+    for _, turns, steps in tel.by_step():
+        tracker.observe_step(turns, steps)
+    return tracker.profile
+
+
+def _table(doc: dict[str, Any]) -> Table:
+    table = Table(title="workload profile", show_lines=False)
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            for k, v in value.items():
+                table.add_row(f"{key}.{k}", _fmt(v))
+        else:
+            table.add_row(key, _fmt(value))
+    return table
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+@profile_app.command("fit")
+@guarded
+def fit(
+    telemetry: Path = typer.Argument(..., help="Telemetry JSONL (see docs/telemetry.md)."),
+    model: str | None = typer.Option(
+        None, "--model", help="Model spec name (default: the file's meta line, else qwen3-8b)."
+    ),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="GPU spec name (default: the file's meta line, else h100-sxm)."
+    ),
+    gpus_per_worker: int | None = typer.Option(
+        None, "--gpus-per-worker", min=1, help="GPUs per worker the telemetry was measured on."
+    ),
+    alpha: float = typer.Option(0.5, "--alpha", help="EMA weight of each new rollout step."),
+    out: Path | None = typer.Option(None, "--out", help="Also write the profile JSON here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile as one JSON document."),
+) -> None:
+    """Fit a workload profile from telemetry (the input of `pearl decide --profile`)."""
+    if not 0 < alpha <= 1:
+        raise InputError("<argument>", f"must be in (0, 1], got {alpha}", field="--alpha")
+    profile = fit_profile(
+        telemetry, model=model, gpu=gpu, gpus_per_worker=gpus_per_worker, alpha=alpha
+    )
+    doc = profile.to_json()
+    if out is not None:
+        out.write_text(json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        print_json(doc)
+        return
+    console.print(_table(doc))
+    where = f" (written to {out})" if out is not None else ""
+    console.print(f"{profile.num_steps} rollout step(s), {profile.num_turns} turn(s){where}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(profile_app, name="profile")
