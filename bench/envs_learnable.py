@@ -52,7 +52,10 @@ def _sample_turn(
 def _rollout(model, env_cfg, task_ids, num_tokens, gen):
     """Play one episode per task id in lockstep; return token sequences, masks, returns."""
     envs = [GuessEnv(env_cfg) for _ in task_ids]
-    seqs = [[TOK.bos_token_id, *TOK.encode(e.reset(t).text)] for e, t in zip(envs, task_ids)]
+    seqs = [
+        [TOK.bos_token_id, *TOK.encode(e.reset(t).text)]
+        for e, t in zip(envs, task_ids, strict=True)
+    ]
     masks = [[0] * len(s) for s in seqs]
     returns = [0.0] * len(envs)
     live = list(range(len(envs)))
@@ -61,7 +64,7 @@ def _rollout(model, env_cfg, task_ids, num_tokens, gen):
             break
         actions = _sample_turn(model, [seqs[i] for i in live], num_tokens, gen)
         still = []
-        for i, act in zip(live, actions):
+        for i, act in zip(live, actions, strict=True):
             res = envs[i].step(bytes(act).decode("latin-1"))
             returns[i] += res.reward
             obs = TOK.encode(res.observation.text)
@@ -79,7 +82,7 @@ def _grpo_step(model, opt, seqs, masks, returns, group_size):
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), TOK.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width))
-    for i, (s, m) in enumerate(zip(seqs, masks)):
+    for i, (s, m) in enumerate(zip(seqs, masks, strict=True)):
         ids[i, : len(s)] = torch.tensor(s)
         mask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
     pos = torch.arange(width).expand(len(seqs), width)
