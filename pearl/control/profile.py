@@ -234,6 +234,9 @@ class WorkloadProfile:
                 kwargs[f.name] = _build(sub[f.name], doc[f.name], source, f.name)
             else:
                 kwargs[f.name] = _number(doc[f.name], source, f.name, integer=f.type == "int")
+        unknown = sorted(set(doc) - {f.name for f in fields(cls)} - {"prefix_hit_rate"})
+        if unknown:
+            raise ProfileError(source, "unknown field", field=unknown[0])
         for name in ("turns_per_traj_mean", "turns_per_traj_max", "batch_size"):
             if kwargs[name] <= 0:
                 raise ProfileError(source, "must be > 0", field=name)

@@ -1,0 +1,155 @@
+"""Bubble-aware makespan models: hand-computed cases for each path, feasibility reasons."""
+
+import math
+
+import pytest
+
+from pearl.control.makespan import predict
+from pearl.control.plan import PDConfig
+from pearl.control.profile import HardwarePrior, PerfParams, WorkloadProfile
+
+# A hardware prior with room for everything: 1 TB per GPU, tiny weights, 1 byte per KV token.
+BIG = HardwarePrior(
+    weight_bytes=1e9,
+    kv_bytes_per_token=1.0,
+    flops_per_token=1.0,
+    attn_flops_per_token_ctx=1.0,
+    gpu_flops_per_s=1.0,
+    gpu_hbm_bytes_per_s=1.0,
+    gpu_hbm_bytes=1e12,
+    usable_memory_fraction=1.0,
+)
+# Round numbers: prefill of a turn = 0.01 + 1e-4 * 1000 = 0.11 s; decode step = 0.01 s;
+# KV transfer of a turn = 0.1 s.
+PERF = PerfParams(
+    step_overhead_s=0.01,
+    prefill_s_per_token=1e-4,
+    prefill_s_per_token_ctx=0.0,
+    decode_s_per_seq=0.0,
+    decode_s_per_ctx_token=0.0,
+    kv_latency_s=0.1,
+    kv_s_per_byte=0.0,
+)
+
+
+def simple_profile(**kw) -> WorkloadProfile:
+    base = dict(
+        hardware=BIG,
+        perf=PERF,
+        batch_size=8,
+        turns_per_traj_mean=10,
+        turns_per_traj_p90=10,
+        turns_per_traj_max=10,
+        new_prefill_tokens_per_turn=1000,
+        cached_prefix_tokens_per_turn=0,
+        decode_tokens_per_turn=100,
+        context_tokens_mean=1000,
+        context_tokens_p90=1000,
+        traj_context_tokens_mean=2000,
+        env_s_per_turn_mean=1.0,
+        env_s_per_turn_p90=1.0,
+        env_wait_fraction=0.5,
+    )
+    base.update(kw)
+    return WorkloadProfile(**base)
+
+
+def _root(a: float, c: float, p: float) -> float:
+    """Larger root of M = A + C*M/(M-P), by the quadratic formula."""
+    s = a + c + p
+    return (s + math.sqrt(s * s - 4 * a * p)) / 2
+
+
+def test_colocated_hand_computed():
+    """Colocated, 2 workers: throughput bound 24.4 s beats the interrupted critical path."""
+    pred = predict(PDConfig.colocated(2), simple_profile(), batch=8)
+    b = pred.breakdown
+    # per worker: prefill 8*10*0.11/2 = 4.4 s; decode batch 8/2*(1-0.5) = 2,
+    # decode busy 8*10*100/2 tokens / 2 per step * 0.01 s = 20 s
+    assert b["prefill_s"] == pytest.approx(4.4)
+    assert b["decode_batch"] == pytest.approx(2.0)
+    assert b["decode_s"] == pytest.approx(20.0)
+    assert b["throughput_bound_s"] == pytest.approx(24.4)
+    # critical path: A = own prefill 1.1 + env 10, C = own decode 10*100*0.01, P = 4.4
+    crit = _root(11.1, 10.0, 4.4)
+    assert crit == pytest.approx(23.414, abs=1e-3)
+    assert b["critical_path_s"] == pytest.approx(crit)
+    assert crit == pytest.approx(11.1 + 10.0 * crit / (crit - 4.4))  # it solves the equation
+    assert pred.makespan_s == pytest.approx(24.4)
+    assert pred.feasible and pred.reason == ""
+
+
+def test_disaggregated_hand_computed():
+    """1 prefill + 1 decode: critical path 22.79 s beats the decode-path bound of 20 s."""
+    pred = predict(PDConfig.disaggregated(1, 1), simple_profile(), batch=8)
+    b = pred.breakdown
+    assert b["prefill_path_s"] == pytest.approx(8.8)  # max(8*10*0.11, KV link 8*10*0.1)
+    assert b["decode_batch"] == pytest.approx(4.0)
+    assert b["decode_path_s"] == pytest.approx(20.0)  # 8*10*100 tokens / 4 per step * 0.01
+    assert b["kv_transfer_s"] == pytest.approx(1.0)
+    crit = _root(1.0 + 10.0 + 10.0, 1.1, 8.8)
+    assert crit == pytest.approx(22.79, abs=1e-2)
+    assert pred.makespan_s == pytest.approx(crit)
+    assert b["queueing_s"] == pytest.approx(crit - 1.1 - 1.0 - 10.0 - 10.0)
+
+
+def test_kv_link_can_bound_the_prefill_path():
+    """A slow KV link makes the prefill path link-bound: 8*10 turns * 0.5 s on one link."""
+    perf = PerfParams(0.01, 1e-4, 0.0, 0.0, 0.0, kv_latency_s=0.5, kv_s_per_byte=0.0)
+    pred = predict(PDConfig.disaggregated(1, 3), simple_profile(perf=perf), batch=8)
+    assert pred.breakdown["prefill_path_s"] == pytest.approx(40.0)
+    assert pred.makespan_s >= 40.0
+
+
+def test_decode_batch_floor_and_memory_cap():
+    """Concurrency is at least 1 and at most H_max / decode context."""
+    p = simple_profile()
+    many = predict(PDConfig.colocated(64), p, batch=8)
+    assert many.breakdown["decode_batch"] == 1.0
+    small = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e9 + 3100.0, usable_memory_fraction=1.0)
+    capped = predict(PDConfig.colocated(1), simple_profile(hardware=small), batch=8)
+    assert capped.breakdown["decode_batch"] == pytest.approx(3100.0 / 1050.0)
+
+
+def test_gpus_per_worker_scales_compute():
+    """Two GPUs per worker halve every compute term of the cost model (coarse TP model)."""
+    p = simple_profile(env_s_per_turn_mean=0.0, env_wait_fraction=0.0)
+    one = predict(PDConfig.colocated(2), p, 8)
+    two = predict(PDConfig.colocated(2), p, 8, num_gpus_per_worker=2)
+    assert two.makespan_s == pytest.approx(one.makespan_s / 2)
+
+
+def test_decode_memory_infeasible_with_reason():
+    """B * K_seq > N_D * H_max makes a split infeasible and says so."""
+    hw = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e9 + 5000.0, usable_memory_fraction=1.0)
+    p = simple_profile(hardware=hw)  # K_seq = 1000 + 100; 8 trajectories need 8800 tokens
+    bad = predict(PDConfig.disaggregated(1, 1), p, 8)
+    assert not bad.feasible and "B*K_seq = 8800" in bad.reason and "5000" in bad.reason
+    assert predict(PDConfig.disaggregated(1, 2), p, 8).feasible
+    assert predict(PDConfig.colocated(1), p, 8).feasible  # colocation evicts and recomputes
+
+
+def test_weights_and_single_context_infeasible():
+    hw = HardwarePrior(90e9, 1.0, 1.0, 1.0, 1.0, 1.0, 80e9)
+    pred = predict(PDConfig.colocated(4), simple_profile(hardware=hw), 8)
+    assert not pred.feasible and "weights" in pred.reason
+    assert predict(
+        PDConfig.colocated(4), simple_profile(hardware=hw), 8, num_gpus_per_worker=2
+    ).feasible
+    tight = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e9 + 500.0, usable_memory_fraction=1.0)
+    pred = predict(PDConfig.colocated(4), simple_profile(hardware=tight), 8)
+    assert not pred.feasible and "one trajectory" in pred.reason
+
+
+def test_more_prefill_interrupts_colocated_decode_more():
+    """Heavier prefill raises colocated interference; disaggregation avoids it."""
+    light = predict(PDConfig.colocated(4), simple_profile(), 32).breakdown["interference_s"]
+    heavy_p = simple_profile(new_prefill_tokens_per_turn=20000, context_tokens_mean=20000,
+                             context_tokens_p90=20000)  # fmt: skip
+    heavy = predict(PDConfig.colocated(4), heavy_p, 32).breakdown["interference_s"]
+    assert heavy > light > 0
+
+
+def test_bad_batch_rejected():
+    with pytest.raises(ValueError):
+        predict(PDConfig.colocated(1), simple_profile(), batch=0)
