@@ -267,27 +267,37 @@ class WorkerHardware:
         self, num_decode: int, context_tokens: int, budget_s: float, max_steps: int
     ) -> tuple[int, float]:
         """The most whole decode steps (<= max_steps) that fit in `budget_s`, and their time."""
-        if budget_s <= 0 or max_steps <= 0:
+        if budget_s <= 0 or max_steps <= 0 or num_decode <= 0:
             return 0, 0.0
-        total = self.decode_stretch_time_s(num_decode, context_tokens, max_steps)
-        if total <= budget_s:
-            return max_steps, total
-        lo, hi = 0, max_steps  # invariant: time(lo) <= budget < time(hi)
-        first = self.decode_step_time_s(num_decode, context_tokens)
-        if first > budget_s:
-            return 0, 0.0
-        guess = min(max_steps - 1, max(1, int(budget_s / first)))
-        if self.decode_stretch_time_s(num_decode, context_tokens, guess) <= budget_s:
-            lo = guess
-        else:
-            hi = guess
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self.decode_stretch_time_s(num_decode, context_tokens, mid) <= budget_s:
-                lo = mid
-            else:
-                hi = mid
-        return lo, self.decode_stretch_time_s(num_decode, context_tokens, lo)
+        c0, c1, m0, m1, fixed = self._decode_linear(num_decode, context_tokens)
+
+        def total(k: int) -> float:
+            return _sum_max_linear(c0, c1, m0, m1, k) + fixed * k
+
+        full = total(max_steps)
+        if full <= budget_s:
+            return max_steps, full
+        # Each piece alone takes no longer than the max of both, so the steps that fit under
+        # either piece alone bound the answer from above; usually it is exact.
+        k = min(
+            max_steps, _fit_linear(c0 + fixed, c1, budget_s), _fit_linear(m0 + fixed, m1, budget_s)
+        )
+        t = total(k)
+        if t > budget_s:  # the crossover made it too optimistic: bisect below k
+            lo, hi = 0, k
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if total(mid) <= budget_s:
+                    lo = mid
+                else:
+                    hi = mid
+            return lo, total(lo)
+        while k < max_steps:
+            t_next = total(k + 1)
+            if t_next > budget_s:
+                break
+            k, t = k + 1, t_next
+        return k, t
 
     # -- KV transfer -----------------------------------------------------------------------
 
@@ -312,6 +322,19 @@ def _sum_linear(a: float, b: float, n0: int, n1: int) -> float:
     if k <= 0:
         return 0.0
     return a * k + b * (n0 + n1 - 1) * k / 2.0
+
+
+def _fit_linear(a: float, b: float, budget: float) -> int:
+    """The largest k >= 0 with sum_{n<k} (a + b*n) <= budget (a > 0, b >= 0)."""
+    if b <= 0:
+        return int(budget // a)
+    # b/2 k^2 + (a - b/2) k - budget <= 0
+    half = b / 2.0
+    lin = a - half
+    k = int((-lin + math.sqrt(lin * lin + 4 * half * budget)) / (2 * half))
+    while k > 0 and a * k + half * k * (k - 1) > budget:
+        k -= 1
+    return k
 
 
 def _sum_max_linear(c0: float, c1: float, m0: float, m1: float, k: int) -> float:

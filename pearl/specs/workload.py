@@ -76,8 +76,8 @@ def _default_env_mixture() -> tuple[LatencyComponent, ...]:
     # lighter script runs and rarer timeouts so that the batch critical path matches the
     # paper's ~216 s for Qwen3-8B (calibration facts win; see docs/simulator-model.md).
     return (
-        LatencyComponent(name="quick", weight=0.75, median_s=0.8, p95_s=3.0, max_s=10.0),
-        LatencyComponent(name="script", weight=0.22, median_s=4.0, p95_s=15.0, max_s=60.0),
+        LatencyComponent(name="quick", weight=0.75, median_s=0.6, p95_s=3.0, max_s=10.0),
+        LatencyComponent(name="script", weight=0.22, median_s=3.0, p95_s=10.0, max_s=60.0),
         LatencyComponent(name="timeout", weight=0.03, median_s=20.0, p95_s=40.0, max_s=60.0),
     )
 

@@ -1,0 +1,184 @@
+"""Calibration of the simulated world against the paper's workload facts (paper-notes.md).
+
+Two checks, both computed by the same physics the simulator runs (`InferenceWorker` on
+`WorkerHardware`, trajectories from `TrajectorySampler`), never by a separate formula:
+
+1. `critical_path`: a batch's makespan with an unlimited rollout pool, i.e. every trajectory
+   alone on its own colocated worker: container start + sum over turns of (prefill of the
+   new tokens + decode + env step). The batch takes as long as its longest trajectory.
+   Target for Qwen3-8B on H100, batch 64: ~216 s.
+2. `colocated_mix`: a small closed loop (no controller, no elasticity): B trajectories on N
+   colocated workers with a router, measuring the share of processed tokens that are
+   prefill, the share of busy time due to prefill, the prefix-cache hit rate and the
+   makespan. Target for Qwen3-30B-A3B: prefill ~97% of tokens in ~26% of busy time. It
+   needs most of each turn's context to be prefilled again, which here comes from routing
+   (`router="least_loaded"` ignores where a prefix lives) and KV pressure (eviction).
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from dataclasses import dataclass
+
+from pearl.control.state import Role
+from pearl.sim.hardware import WorkerHardware
+from pearl.sim.inference import InferenceWorker
+from pearl.sim.inference_types import Request, WorkerConfig
+from pearl.sim.workload import Trajectory, TrajectorySampler
+from pearl.specs import get_gpu, get_model
+from pearl.specs.workload import WorkloadSpec
+
+
+@dataclass(frozen=True, slots=True)
+class CriticalPath:
+    """Unlimited-pool batch makespan and the longest trajectory's time split."""
+
+    makespan_s: float
+    mean_trajectory_s: float
+    env_s: float  # of the longest trajectory (container start included)
+    prefill_s: float
+    decode_s: float
+    num_turns: int
+    mean_tokens_per_trajectory: float
+    mean_turns: float
+
+
+def trajectory_alone_s(traj: Trajectory, hw: WorkerHardware) -> tuple[float, float, float]:
+    """(env, prefill, decode) seconds of one trajectory alone on one colocated worker."""
+    w = InferenceWorker("solo", hw, Role.COLOCATED)
+    t = traj.container_start_s
+    env = traj.container_start_s
+    prefill = decode = 0.0
+    for i, turn in enumerate(traj.turns):
+        w.submit(Request(traj.traj_id, i, turn.context_tokens, turn.decode_tokens), t)
+        done = w.advance(w.next_change_time_s())
+        while not done:
+            done = w.advance(w.next_change_time_s())
+        c = done[0]
+        assert c.t_prefill_end_s is not None and c.t_decode_end_s is not None
+        prefill += c.t_prefill_end_s - t
+        decode += c.t_decode_end_s - c.t_prefill_end_s
+        t = c.t_decode_end_s + turn.env_s
+        env += turn.env_s
+    return env, prefill, decode
+
+
+def critical_path(trajectories: list[Trajectory], hw: WorkerHardware) -> CriticalPath:
+    parts = [trajectory_alone_s(tr, hw) for tr in trajectories]
+    totals = [sum(p) for p in parts]
+    i = max(range(len(totals)), key=totals.__getitem__)
+    return CriticalPath(
+        makespan_s=totals[i],
+        mean_trajectory_s=statistics.fmean(totals),
+        env_s=parts[i][0],
+        prefill_s=parts[i][1],
+        decode_s=parts[i][2],
+        num_turns=trajectories[i].num_turns,
+        mean_tokens_per_trajectory=statistics.fmean(t.total_tokens for t in trajectories),
+        mean_turns=statistics.fmean(t.num_turns for t in trajectories),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ColocatedMix:
+    """Outcome of a closed-loop colocated batch (see module docstring)."""
+
+    makespan_s: float
+    prefill_token_share: float
+    prefill_time_share: float
+    hit_rate_tokens: float  # cached prompt tokens / prompt tokens of all admissions
+    num_preemptions: int
+    num_evictions: int
+    mean_decode_batch: float
+
+
+def colocated_mix(
+    *,
+    model: str = "qwen3-30b-a3b",
+    gpu: str = "h100-sxm",
+    num_workers: int = 8,
+    tp: int = 1,
+    batch: int = 64,
+    seed: int = 0,
+    router: str = "least_loaded",
+    spec: WorkloadSpec | None = None,
+    config: WorkerConfig | None = None,
+) -> ColocatedMix:
+    """Run one batch of `batch` trajectories on `num_workers` colocated workers.
+
+    router "sticky": a turn goes back to the worker holding its prefix if it has one, else
+    to the least loaded; "least_loaded": always the worker with the fewest requests in
+    flight (ties to the lowest index), wherever the prefix lives.
+    """
+    if router not in ("sticky", "least_loaded"):
+        raise ValueError(f"unknown router {router!r}")
+    hw = WorkerHardware(get_model(model), get_gpu(gpu), tp)
+    workers = [InferenceWorker(f"w{i}", hw, config=config) for i in range(num_workers)]
+    trajs = TrajectorySampler(spec or WorkloadSpec(), seed).batch(batch)
+    heap: list[tuple[float, int, int, int]] = []  # (time, kind 0=ready 1=worker, seq, id)
+    seq = 0
+    for tr in trajs:
+        heap.append((tr.container_start_s, 0, seq, tr.traj_id))
+        seq += 1
+    heapq.heapify(heap)
+    next_turn = [0] * batch
+    wake = [float("inf")] * num_workers
+    end_s = 0.0
+
+    def arm(i: int) -> None:
+        nonlocal seq
+        t = workers[i].next_change_time_s()
+        if t < wake[i]:
+            wake[i] = t
+            heapq.heappush(heap, (t, 1, seq, i))
+            seq += 1
+
+    while heap:
+        t, kind, _, ident = heapq.heappop(heap)
+        if kind == 1:
+            if t != wake[ident]:
+                continue  # stale wake-up
+            wake[ident] = float("inf")
+            for c in workers[ident].advance(t):
+                tr = trajs[c.traj_id]
+                turn = tr.turns[c.turn]
+                end_s = max(end_s, c.t_end_s)
+                if c.turn + 1 < tr.num_turns:
+                    next_turn[c.traj_id] = c.turn + 1
+                    heapq.heappush(heap, (c.t_end_s + turn.env_s, 0, seq, c.traj_id))
+                    seq += 1
+                else:
+                    end_s = max(end_s, c.t_end_s + turn.env_s)
+            arm(ident)
+            continue
+        tr = trajs[ident]
+        k = next_turn[ident]
+        turn = tr.turns[k]
+        holder = [i for i, w in enumerate(workers) if w.holds_prefix(ident)]
+        if router == "sticky" and holder:
+            i = holder[0]
+        else:
+            i = min(range(num_workers), key=lambda j: workers[j].num_in_flight)
+        for j, w in enumerate(workers):
+            if j != i and w.holds_prefix(ident):
+                w.cache.take(ident)  # the stale copy is dropped: its owner has moved on
+        workers[i].advance(t)
+        workers[i].submit(Request(ident, k, turn.context_tokens, turn.decode_tokens), t)
+        arm(i)
+    prefill_tok = sum(w.stats.prefill_tokens for w in workers)
+    decode_tok = sum(w.stats.decode_tokens for w in workers)
+    busy = sum(w.stats.busy_s for w in workers)
+    prefill_busy = sum(w.stats.prefill_busy_s for w in workers)
+    lookups = sum(w.cache.hit_tokens for w in workers)
+    prompt = lookups + prefill_tok
+    dec_iters = sum(w.stats.decode_iterations for w in workers)
+    return ColocatedMix(
+        makespan_s=end_s,
+        prefill_token_share=prefill_tok / (prefill_tok + decode_tok),
+        prefill_time_share=prefill_busy / busy,
+        hit_rate_tokens=lookups / prompt if prompt else 0.0,
+        num_preemptions=sum(w.stats.num_preemptions for w in workers),
+        num_evictions=sum(w.cache.num_evictions for w in workers),
+        mean_decode_batch=sum(w.stats.decode_seq_steps for w in workers) / max(dec_iters, 1),
+    )

@@ -1,0 +1,61 @@
+"""The per-worker prefix cache: LRU order, capacity, counters."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pearl.sim.prefix_cache import PrefixCache
+
+
+def test_lru_evicts_the_least_recently_used_entry():
+    c = PrefixCache(100)
+    c.put(1, 40)
+    c.put(2, 40)
+    c.put(1, 45)  # refreshes trajectory 1
+    c.put(3, 30)  # 45 + 40 + 30 > 100: trajectory 2 (LRU) goes
+    assert (1 in c, 2 in c, 3 in c) == (True, False, True)
+    assert c.tokens == 75 and c.num_evictions == 1 and c.evicted_tokens == 40
+
+
+def test_take_removes_and_peek_does_not():
+    c = PrefixCache(100)
+    c.put(1, 40)
+    assert c.peek(1) == 40 and c.tokens == 40
+    assert c.take(1) == 40 and c.tokens == 0 and c.take(1) == 0
+
+
+def test_evict_frees_at_least_what_is_asked_when_possible():
+    c = PrefixCache(1000)
+    for i in range(5):
+        c.put(i, 100)
+    assert c.evict(150) == 200 and len(c) == 3
+    assert c.evict(10_000) == 300 and c.tokens == 0
+
+
+def test_disabled_cache_and_oversized_entries_hold_nothing():
+    off = PrefixCache(1000, enabled=False)
+    off.put(1, 10)
+    assert off.peek(1) == 0 and off.tokens == 0
+    small = PrefixCache(50)
+    small.put(1, 60)
+    assert small.peek(1) == 0
+
+
+def test_lookup_counters():
+    c = PrefixCache(100)
+    c.record_lookup(0)
+    c.record_lookup(30)
+    assert (c.num_lookups, c.num_hits, c.hit_tokens) == (2, 1, 30)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from("pte"), st.integers(0, 6), st.integers(0, 80))))
+def test_tokens_always_equal_the_sum_of_entries_within_the_limit(ops):
+    c = PrefixCache(120)
+    for op, traj, n in ops:
+        if op == "p":
+            c.put(traj, n)
+        elif op == "t":
+            c.take(traj)
+        else:
+            c.evict(n)
+        assert c.tokens == sum(c.peek(i) for i in range(7)) <= 120
