@@ -127,7 +127,8 @@ def main() -> None:
 
     env = GuessEnv()
     oracle = statistics.mean(play(env, oracle_policy(), t)[0] for t in range(500))
-    noise = statistics.mean(play(env, random_byte_policy(0, args.tokens), t)[0] for t in range(500))
+    noise_policy = random_byte_policy(0, args.tokens)  # one RNG across all episodes
+    noise = statistics.mean(play(env, noise_policy, t)[0] for t in range(500))
     print(f"reference returns: oracle {oracle:.3f}, random {args.tokens}-byte policy {noise:.3f}")
     rows = []
     for seed in args.seeds:
