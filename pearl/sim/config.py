@@ -143,6 +143,12 @@ class SimConfig(_Model):
     """One simulated run (or several policies on the same world)."""
 
     seed: int = Field(0, description="Seed of every random draw in the run.")
+    check_every: int = Field(
+        64,
+        ge=0,
+        description="Check the controller's invariants after every N-th event (1: all, 0: "
+        "never); the tests use 1.",
+    )
     policies: tuple[str, ...] = Field(
         ("pearl", "rlboost+", "roll"), description="Policy names from pearl.control.policies."
     )

@@ -137,6 +137,7 @@ class World:
         self._next_key = 0
         self._last_makespan_s = 216.0
         self.finished_turns: list = []
+        self.step_end_times_s: list[float] = []
         self.finished_worker_steps: list = []
         n_dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
         self.dedicated = tuple(Gpu(f"r{i}", Zone.DEDICATED) for i in range(n_dedicated))
@@ -168,10 +169,13 @@ class World:
         return out
 
     def start(self) -> None:
-        """Time 0: the reserved GPUs are offered, the trace is scheduled, training waits."""
+        """Time 0: the controller starts, the trace is scheduled, training waits for batch 0."""
         for g in self.dedicated:
             self._add_gpu(g)
-        self.emit(E.GpusOffered(0.0, self.dedicated, None))
+        # The controller already holds the reserved GPUs (its initial state) and starts on
+        # its first event, `Started` (an empty offer where the controller predates it).
+        started = getattr(E, "Started", None)
+        self.emit(started(0.0) if started is not None else E.GpusOffered(0.0, (), None))
         for a in self.actions:
             prio = {"gone": PRIO_GPU_GONE, "notice": PRIO_NOTICE, "offer": PRIO_OFFER}[a.kind]
             self.core.schedule(a.time_s, self._trace_action(a), prio)
@@ -244,7 +248,7 @@ class World:
         now = self.core.now_s
         missing = [g for g in cmd.gpu_ids if g not in self.gpus]
         lent = self.trainer.lent
-        on_training = [g for g in cmd.gpu_ids if g.startswith("t")]
+        on_training = [g for g in cmd.gpu_ids if g in self.trainer.gpu_ids]
         if on_training and any(g not in lent for g in on_training):
             missing += [g for g in on_training if g not in lent]
         if missing or cmd.worker_id in self.workers:
@@ -449,6 +453,7 @@ class World:
         makespan = now - s.start_s
         self._last_makespan_s = makespan
         self.stats.makespans_s.append(makespan)
+        self.step_end_times_s.append(now)
         worker_steps = []
         for w in self.workers.values():
             rec = worker_step_record(w.engine.take_stats(now), s.step)
@@ -459,3 +464,12 @@ class World:
         self.emit(E.RolloutStepFinished(now, s.step, tuple(s.turns), tuple(worker_steps)))
         s.turns = []
         self.trainer.batch_ready(s.step, s.num_tokens)
+
+
+def mean_trajectory_tokens(cfg: SimConfig, num_samples: int = 512) -> float:
+    """Mean final context (training tokens) of the configured workload's trajectories."""
+    spec = WorkloadSpec.model_validate(
+        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
+    )
+    trajs = TrajectorySampler(spec, seed=cfg.seed).batch(num_samples)
+    return sum(t.total_tokens for t in trajs) / num_samples

@@ -1,0 +1,138 @@
+"""The simulated world end to end with the real controller: small batches, short runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pearl.control import events as E
+from pearl.sim.config import SimConfig
+from pearl.sim.playback import TraceAction
+from pearl.sim.runner import run_policy
+
+SMALL_WORKLOAD = {
+    "num_turns_median": 4,
+    "num_turns_p90": 6,
+    "min_turns": 2,
+    "max_turns": 8,
+    "run_to_cap_fraction": 0.0,
+}
+
+
+def small(**updates: object) -> SimConfig:
+    base = {
+        "check_every": 1,
+        "rollout.batch_size": 8,
+        "rollout.workload": SMALL_WORKLOAD,
+        "trace.duration_s": 600.0,
+        "cluster.num_training_gpus": 4,
+        "cluster.num_dedicated_gpus": 2,
+    }
+    base.update(updates)
+    return SimConfig().with_updates(**base)
+
+
+def _turns_by_traj(run) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for rec in run.world.finished_turns:
+        out.setdefault(rec.traj_id, []).append(rec)
+    return out
+
+
+def test_static_colocated_run_completes_steps_and_trains() -> None:
+    """Two colocated workers finish rollout steps; the trainer trains on them in order."""
+    run = run_policy(small(**{"trace.static_gpus": 2}), "fixed:colocated")
+    s = run.summary
+    assert s["rollout_steps"] >= 2 and s["train_steps"] >= 1
+    assert s["trajectories"] >= 8 * s["rollout_steps"]
+    steps = run.world.trainer.steps
+    assert [t.step for t in steps] == list(range(len(steps)))
+    assert all(a.end_s <= b.start_s for a, b in zip(steps, steps[1:], strict=False))
+    assert s["gpu_hours"]["total"] == pytest.approx(2 * 600 / 3600)
+
+
+def test_every_finished_trajectory_has_all_its_turns_in_order() -> None:
+    """Telemetry holds each turn of a finished trajectory once, with ordered timestamps."""
+    run = run_policy(small(**{"trace.static_gpus": 2}), "fixed:colocated")
+    by_traj = _turns_by_traj(run)
+    finished = [
+        tr
+        for tr in run.world.trajs.values()
+        if tr.done and tr.step in {r.step for r in run.world.finished_turns}
+    ]
+    assert finished
+    for tr in finished:
+        recs = by_traj[tr.traj_id]
+        assert [r.turn for r in recs] == list(range(tr.traj.num_turns))
+        assert sum(r.decode_tokens for r in recs) == tr.traj.decode_tokens
+        for r in recs:
+            assert r.t_queued_s <= r.t_prefill_start_s <= r.t_prefill_end_s
+            assert r.t_prefill_end_s <= r.t_decode_start_s <= r.t_decode_end_s
+            assert r.roles == ("colocated",) and r.t_kv_start_s is None
+        for a, b in zip(recs, recs[1:], strict=False):
+            assert a.t_env_end_s is not None and a.t_env_end_s <= b.t_queued_s + 1e-9
+
+
+def test_disaggregated_turns_transfer_kv_between_workers() -> None:
+    """With 1 prefill + 1 decode worker every turn moves its KV, after its prefill."""
+    run = run_policy(small(**{"trace.static_gpus": 2}), "fixed:disagg:1:1")
+    recs = run.world.finished_turns
+    assert recs
+    moved = [r for r in recs if r.t_kv_start_s is not None]
+    assert len(moved) >= 0.9 * len(recs)
+    for r in moved:
+        assert r.prefill_worker != r.decode_worker
+        assert r.t_prefill_end_s <= r.t_kv_start_s < r.t_kv_end_s <= r.t_decode_start_s + 1e-9
+
+
+def test_same_seed_same_summary_other_seed_differs() -> None:
+    """A run is a pure function of its config and seed."""
+    a = run_policy(small(**{"trace.static_gpus": 2}), "fixed:colocated").summary
+    b = run_policy(small(**{"trace.static_gpus": 2}), "fixed:colocated").summary
+    c = run_policy(small(**{"trace.static_gpus": 2, "seed": 1}), "fixed:colocated").summary
+    assert a == b
+    assert a != c
+
+
+def test_reclaim_notice_preserves_generated_prefix() -> None:
+    """GPUs reclaimed mid-run: interrupted turns keep their tokens and finish elsewhere."""
+    offer = TraceAction(0.0, "offer", ("pre0", "pre1"))
+    notice = TraceAction(200.0, "notice", ("pre0", "pre1"), deadline_s=230.0)
+    gone = TraceAction(230.0, "gone", ("pre0", "pre1"))
+    run = run_policy(small(), "rlboost+", actions=[offer, notice, gone])
+    assert run.log.events_by_kind["RequestInterrupted"] > 0, "the reclaim interrupts requests"
+    assert run.summary["reconfigurations"]["reclaim"] == 1
+    assert not any(g.startswith("pre") for g in run.world.gpus)
+    resumed = [r for r in run.world.finished_turns if r.resumed]
+    assert resumed
+    by_traj = _turns_by_traj(run)
+    for tr in run.world.trajs.values():
+        if tr.done and tr.traj_id in by_traj and len(by_traj[tr.traj_id]) == tr.traj.num_turns:
+            assert sum(r.decode_tokens for r in by_traj[tr.traj_id]) == tr.traj.decode_tokens
+    # After the deadline no worker lives on the reclaimed GPUs.
+    for t, state in run.log.history:
+        if t >= 230.0:
+            assert all(not g.startswith("pre") for w in state.workers for g in w.gpu_ids)
+
+
+def test_borrowed_training_gpus_are_home_for_every_training_step() -> None:
+    """Training never runs while one of its GPUs still serves rollout."""
+    run = run_policy(small(**{"trace.duration_s": 900.0}), "pearl-ungated", actions=[])
+    assert run.summary["reconfigurations"]["borrow"] > 0
+    steps = run.world.trainer.steps
+    assert steps
+    train_ids = set(run.world.trainer.gpu_ids)
+    history = run.log.history
+    for st in steps:
+        for t, state in history:
+            if st.start_s <= t < st.end_s:
+                bound = {g for w in state.workers for g in w.gpu_ids}
+                assert not bound & train_ids, f"training GPU serving at {t:.1f}s"
+
+
+def test_interrupt_event_counts_match_world() -> None:
+    """Every RequestInterrupted the controller saw was produced by the world."""
+    offer = TraceAction(0.0, "offer", ("pre0",))
+    gone = TraceAction(150.0, "gone", ("pre0",))
+    run = run_policy(small(), "rlboost+", actions=[offer, gone])
+    assert run.log.events_by_kind["RequestInterrupted"] == run.world.stats.interrupted_requests
+    assert run.log.events_by_kind[E.GpusGone.__name__] == 1
