@@ -32,6 +32,9 @@ def _register() -> None:
 
     profile_cmd.register(app)
     decide_cmd.register(app)
+    from pearl.cli import simulate_cmd
+
+    simulate_cmd.register(app)
 
 
 _register()

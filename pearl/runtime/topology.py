@@ -177,11 +177,18 @@ def gpu_changes(
 class LocalCluster:
     """A multi-node Ray cluster on this machine with zone-labelled nodes (tests, trace player).
 
-    The head node has `head_cpus` CPUs and no device slots (the driver, registry and router
-    live there and are never preempted). `connect()` attaches this process to it.
+    The head node has `head_cpus` CPUs; the driver, registry and router live there and it is
+    never preempted. It holds no device slots unless `head_gpu_ids` are given (dedicated
+    zone; saves starting one more node in tests). `connect()` attaches this process to it.
     """
 
-    def __init__(self, *, head_cpus: int = 1, object_store_bytes: int = 200 * 1024**2) -> None:
+    def __init__(
+        self,
+        *,
+        head_cpus: int = 1,
+        head_gpu_ids: Iterable[str] = (),
+        object_store_bytes: int = 200 * 1024**2,
+    ) -> None:
         from ray.cluster_utils import Cluster
 
         self._tmp = tempfile.mkdtemp(prefix="pearl-ray-")
@@ -194,6 +201,7 @@ class LocalCluster:
                 "temp_dir": self._tmp,
                 "object_store_memory": object_store_bytes,
                 "labels": node_labels(Zone.DEDICATED, "head"),
+                "resources": node_resources(Zone.DEDICATED, head_gpu_ids),
             },
         )
         self._nodes: dict[str, Any] = {}
@@ -245,8 +253,12 @@ class LocalCluster:
         accepted, _ = gcs.drain_node(self.node_id(name), reason, message, deadline_ms)
         return bool(accepted)
 
-    def remove_node(self, name: str, *, graceful: bool = False) -> None:
-        """Take node `name` away: its raylet and every worker process on it are killed."""
+    def remove_node(self, name: str, *, graceful: bool = True) -> None:
+        """Take node `name` away: its raylet and every worker process on it are killed.
+
+        `graceful`: SIGTERM first (as a cloud preemption does; Ray then learns of the death
+        at once), else SIGKILL (Ray notices through its health checks, seconds later).
+        """
         node = self._nodes.pop(name)
         self._cluster.remove_node(node, allow_graceful=graceful)
 

@@ -180,6 +180,7 @@ class RolloutWorker(WorkerControl):
             try:
                 if payload is not None:
                     self.engine.import_kv(rid, payload, request.sampling)
+                    self.transport.release(prefill.handle)
                     live.t_kv_end_s = time.time()
                 else:
                     self.engine.add_request(

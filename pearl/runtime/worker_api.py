@@ -8,6 +8,7 @@ node was preempted) into an interrupted result that keeps every token streamed s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -190,8 +191,13 @@ class WorkerStatus:
     syncing_version: int | None = None
 
 
-async def collect_turn(stream: Any, request: TurnRequest, worker_id: str) -> TurnResult:
-    """Consume a worker's `serve` stream to the end.
+async def collect_turn(
+    stream: Any,
+    request: TurnRequest,
+    worker_id: str,
+    on_chunk: Callable[[TokenChunk], None] | None = None,
+) -> TurnResult:
+    """Consume a worker's `serve` stream to the end (`on_chunk` sees each chunk).
 
     If the worker dies mid-turn (node preempted, process killed), returns a `worker_lost`
     result holding every token streamed before the death.
@@ -205,6 +211,8 @@ async def collect_turn(stream: Any, request: TurnRequest, worker_id: str) -> Tur
             chunk: TokenChunk = await ref
             tokens.extend(chunk.token_ids)
             logprobs.extend(chunk.logprobs)
+            if on_chunk is not None:
+                on_chunk(chunk)
             if chunk.result is not None:
                 return chunk.result
         raise RuntimeError("stream ended without a result")
