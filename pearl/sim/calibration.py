@@ -155,14 +155,11 @@ def colocated_mix(
         tr = trajs[ident]
         k = next_turn[ident]
         turn = tr.turns[k]
-        holder = [i for i, w in enumerate(workers) if w.holds_prefix(ident)]
-        if router == "sticky" and holder:
-            i = holder[0]
+        held = [w.holds_prefix(ident) for w in workers] if router == "sticky" else [0]
+        if max(held) > 0:
+            i = held.index(max(held))  # the worker with the longest cached prefix
         else:
             i = min(range(num_workers), key=lambda j: workers[j].num_in_flight)
-        for j, w in enumerate(workers):
-            if j != i and w.holds_prefix(ident):
-                w.cache.take(ident)  # the stale copy is dropped: its owner has moved on
         workers[i].advance(t)
         workers[i].submit(Request(ident, k, turn.context_tokens, turn.decode_tokens), t)
         arm(i)

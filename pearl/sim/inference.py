@@ -362,10 +362,13 @@ class InferenceWorker:
             self._seg = None
 
     def _growth_steps(self, d: int, want: int) -> int:
-        """Iterations (<= want) for which d decodes can grow without preemption."""
+        """Iterations (<= want) for which d decodes grow without touching other KV.
+
+        Lazy eviction: idle prefixes are evicted only when the KV is actually needed (at the
+        boundary where free room runs out, by `_compose`), so the stretch stops there.
+        """
         if d == 0:
             return want
-        self._make_room(min(want * d, self.kv_capacity_tokens), preempt=False)
         return max(1, min(want, self._free_tokens() // d))
 
     def _decode_stretch(self, t: float, d: int) -> Segment:

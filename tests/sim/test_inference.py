@@ -430,3 +430,44 @@ def test_interrupt_at_any_time_conserves_tokens(reqs, t_cut):
     for p in parts:
         assert p.generated_tokens <= full[p.turn].generated_tokens
     assert w.kv_used_tokens == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    reqs=st.lists(
+        st.tuples(
+            st.floats(0.0, 2.0), st.integers(0, 4), st.integers(100, 2500), st.integers(1, 1500)
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    cap=st.integers(4200, 12_000),
+    role=st.sampled_from([Role.COLOCATED, Role.DECODE]),
+)
+def test_kv_pressure_invariants(reqs, cap, role):
+    """Under KV pressure every request still completes with exactly its tokens, and the
+    running KV plus cached prefixes never exceed the pool."""
+    reserve = 9e9 - 204e6 - 8000 * cap
+    hw = toy(params=HardwareParams(activation_reserve_bytes=reserve))
+    assert hw.kv_capacity_tokens == cap
+    w = InferenceWorker("w", hw, role, WorkerConfig(max_batched_tokens=1024))
+    subs = sorted(
+        ((round(t, 3), Request(traj, i, ctx, dec)) for i, (t, traj, ctx, dec) in enumerate(reqs)),
+        key=lambda x: x[0],
+    )
+    pending = deque(subs)
+    done = []
+    while True:
+        t_next = min(pending[0][0] if pending else float("inf"), w.next_change_time_s())
+        if t_next == float("inf"):
+            break
+        done += w.advance(t_next)
+        assert w.kv_used_tokens + w.cache.tokens <= cap
+        while pending and pending[0][0] <= t_next:
+            w.submit(pending.popleft()[1], t_next)
+    assert sorted(c.turn for c in done) == list(range(len(reqs)))
+    for c in done:
+        assert c.generated_tokens == reqs[c.turn][3]
+        if c.num_preemptions:
+            assert c.new_prefill_tokens > 0
+    assert w.kv_used_tokens == 0
