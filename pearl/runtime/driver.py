@@ -1,0 +1,451 @@
+"""The runtime driver: the shared controller driving real Ray actors (DESIGN.md, issue 7).
+
+The loop is the simulator's, on wall time: take the next world event, hand it to the
+controller, execute the commands it returns; each command's completion is a later event.
+Around it the driver plays the availability trace on a local multi-node Ray cluster,
+schedules the trainer (asynchronous GRPO with bounded staleness; its idle windows are
+offered to the controller for borrowing and its devices are always returned before it
+trains), records everything in the run directory and checkpoints after every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pearl.control import commands as cmd
+from pearl.control import events as ev
+from pearl.control.controller import Controller
+from pearl.control.plan import config_of
+from pearl.control.policies import get_policy
+from pearl.control.state import ClusterState, Gpu, Status, Zone
+from pearl.runtime.run_config import RunConfig, dump_run_config
+from pearl.runtime.snapshots import REGISTRY_NAME as REGISTRY
+from pearl.runtime.trainer.trainer import TrainerConfig
+from pearl.runtime.trajectory import RuntimeTrajectory
+
+log = logging.getLogger(__name__)
+
+
+
+def run(cfg: RunConfig, *, out_dir: Path, resume: bool = False, live: bool = True, config_dir: Path | None = None) -> dict[str, Any]:
+    """Run (or resume) a whole training run; returns its summary (also in metrics.json)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    driver = Driver(cfg, Path(out_dir), resume=resume, live=live, config_dir=config_dir)
+    return asyncio.run(driver.main())
+
+
+class Driver:
+    def __init__(self, cfg: RunConfig, out_dir: Path, *, resume: bool, live: bool, config_dir: Path | None) -> None:
+        self.cfg = cfg
+        self.out_dir = out_dir
+        self.resume = resume
+        self.live_enabled = live
+        self.config_dir = config_dir
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.t0 = time.monotonic()
+        self.time_offset_s = 0.0
+        self.training_gpus = tuple(Gpu(f"t{i}", Zone.OVERLAP, "training") for i in range(cfg.cluster.num_training))
+        self.lent: set[str] = set()
+        self.wants_deadline: float | None = None
+        self.trained_steps = 0
+        self.version = 0
+        self.ready_steps: dict[int, tuple[list[RuntimeTrajectory], list[Any]]] = {}
+        self.step_started: dict[int, float] = {}
+        self.step_makespan: dict[int, float] = {}
+        self.step_metrics: list[dict[str, Any]] = []
+        self.training = False
+        self.expected_rollout_s = 30.0
+        self.events_log: list[str] = []
+        self.late_returns = 0
+        self._last_state: ClusterState | None = None
+        self._num_decisions = 0
+
+    # -- clock and events -----------------------------------------------------------------
+    def now(self) -> float:
+        return self.time_offset_s + time.monotonic() - self.t0
+
+    def emit(self, event: Any) -> None:
+        self.queue.put_nowait(event)
+
+    def record(self, kind: str, payload: Any) -> None:
+        if kind in ("interrupt", "resume"):
+            self.recorder.record_event(self.now(), kind, payload.get("reason", kind) if isinstance(payload, dict) else str(payload), **(payload if isinstance(payload, dict) else {}))
+        elif kind == "error":
+            log.warning("runtime error: %s", payload)
+            self.recorder.record_event(self.now(), "error", str(payload))
+
+    def note(self, kind: str, reason: str, **detail: Any) -> None:
+        self.recorder.record_event(self.now(), kind, reason, **detail)
+        self.events_log.append(f"{self.now():6.1f}s {kind}: {reason}")
+
+    # -- set-up ---------------------------------------------------------------------------
+    async def main(self) -> dict[str, Any]:
+        from pearl.runtime.rundir import RunRecorder
+
+        cfg = self.cfg
+        self.recorder = RunRecorder(self.out_dir, dump_run_config(cfg), resume=self.resume)
+        ckpt = self._load_checkpoint() if self.resume else None
+        self._start_ray()
+        try:
+            return await self._run(ckpt)
+        finally:
+            await self._shutdown()
+
+    def _start_ray(self) -> None:
+        import ray
+
+        from pearl.runtime.topology import LocalCluster
+
+        cfg = self.cfg.cluster
+        self.cluster = None
+        if cfg.address is None:
+            self.cluster = LocalCluster(head_cpus=2)
+            self.cluster.add_node("dedicated", Zone.DEDICATED, [f"d{i}" for i in range(cfg.num_dedicated)])
+            self.cluster.add_node("training", Zone.OVERLAP, [g.gpu_id for g in self.training_gpus])
+            self.cluster.connect(namespace=f"pearl-{os.getpid()}")
+        else:
+            ray.init(address=cfg.address, namespace=f"pearl-{os.getpid()}", log_to_driver=False)
+
+    async def _run(self, ckpt: dict[str, Any] | None) -> dict[str, Any]:
+        import ray
+
+        from pearl.runtime.engine import ByteTokenizer, ModelConfig
+        from pearl.runtime.live import LiveView
+        from pearl.runtime.snapshots import get_registry
+        from pearl.runtime.trainer.actor import start_trainer
+        from pearl.runtime.worker_api import EngineSpec
+        from pearl.runtime.world import RayWorld
+
+        cfg = self.cfg
+        model_cfg = None
+        if cfg.model.checkpoint_dir is None:
+            model_cfg = ModelConfig.tiny(**cfg.model.tiny_overrides)
+        self.registry = get_registry(name=REGISTRY, keep=cfg.rollout.max_staleness + 3)
+        tcfg = TrainerConfig(lr=cfg.trainer.lr, clip_eps=cfg.trainer.clip_eps, kl_coef=cfg.trainer.kl_coef, micro_batch_size=cfg.trainer.micro_batch_size)
+        self.trainer = start_trainer(
+            {"num_cpus": 0, "resources": {"pearl_zone_overlap": 0.001}},
+            model_cfg,
+            tcfg,
+            init_seed=cfg.model.init_seed,
+            checkpoint_dir=cfg.model.checkpoint_dir,
+            registry_name=REGISTRY,
+            pad_id=ByteTokenizer().pad_token_id,
+            torch_threads=cfg.engine.torch_threads,
+        )
+        if ckpt is not None:
+            self.version = await _aget(self.trainer.load.remote(str(self._ckpt_dir() / "trainer.pt")))
+            self.trained_steps = int(ckpt["trained_steps"])
+            self.step_metrics = list(ckpt["step_metrics"])
+            self.expected_rollout_s = float(ckpt["expected_rollout_s"])
+            self.time_offset_s = float(ckpt["time_s"])
+        self.version = await _aget(self.trainer.publish.remote())
+        spec = EngineSpec(
+            model_config=model_cfg,
+            checkpoint_dir=cfg.model.checkpoint_dir,
+            seed=cfg.seed,
+            num_kv_blocks=cfg.engine.num_kv_blocks,
+            block_size=cfg.engine.block_size,
+            max_num_batched_tokens=cfg.engine.max_num_batched_tokens,
+            max_num_seqs=cfg.engine.max_num_seqs,
+            max_model_len=cfg.rollout.max_context_tokens + cfg.rollout.max_new_tokens,
+            torch_threads=cfg.engine.torch_threads,
+        )
+        self.world = RayWorld(cfg, spec, emit=self.emit, now=self.now, on_record=self.record)
+        if ckpt is not None:
+            self.world.restored_done = {d["traj_id"]: RuntimeTrajectory.from_json(d) for d in ckpt["done_trajectories"]}
+        policy = dataclasses.replace(get_policy(cfg.controller.policy), max_staleness=cfg.rollout.max_staleness)
+        dedicated = tuple(Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated))
+        self.controller = Controller(
+            policy,
+            state=ClusterState(gpus=dedicated),
+            batch_size=cfg.rollout.batch_size,
+            group_size=cfg.rollout.group_size,
+            gpus_per_worker=cfg.cluster.gpus_per_worker,
+            training_gpus=self.training_gpus,
+            initial_version=self.version,
+        )
+        self.player = self._trace_actions()
+        pump = asyncio.get_running_loop().create_task(self.world.pump_env())
+        self.emit(ev.Started(self.now()))
+        self._offer_training_idle()
+        with LiveView(enabled=self.live_enabled) as self.live:
+            try:
+                await self._loop()
+            finally:
+                pump.cancel()
+        return self._finish()
+
+    def _trace_actions(self) -> list[Any]:
+        from pearl.runtime.trace_player import schedule
+        from pearl.traces import load_trace
+
+        t = self.cfg.trace
+        if t.source is None or self.cluster is None:
+            return []
+        source = t.source
+        if self.config_dir is not None and not Path(source).exists() and (self.config_dir / source).exists():
+            source = str(self.config_dir / source)
+        trace = load_trace(source, scale_ratio=t.scale, window_s=t.window, cap=t.cap)
+        actions = schedule(trace, time_scale=t.time_scale, notice_s=t.reclaim_notice_s)
+        return [a for a in actions if a.at_s >= self.time_offset_s]
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while self.trained_steps < self.cfg.trainer.num_steps:
+            timeout = 0.25
+            if self.player:
+                timeout = max(0.0, min(timeout, self.player[0].at_s - self.now()))
+            try:
+                event = await asyncio.wait_for(self.queue.get(), timeout)
+            except TimeoutError:
+                event = None
+            await self._play_due()
+            if event is not None:
+                self._handle(event)
+            self._refresh_live()
+
+    def _handle(self, event: Any) -> None:
+        before = self.controller.state
+        commands = self.controller.handle(event)
+        for c in commands:
+            self._execute(c)
+        after = self.controller.state
+        self._record_changes(before, after)
+        if isinstance(event, ev.TrajectoryDone):
+            self._maybe_step_done(event)
+
+    def _execute(self, c: Any) -> None:
+        if isinstance(c, cmd.StartRolloutBatch):
+            self.step_started.setdefault(c.step, self.now())
+        if isinstance(c, cmd.OffloadTraining):
+            self.lent |= set(c.gpu_ids)
+            self.trainer.release.remote()
+            self.note("borrow", self._last_decision("borrow"), gpus=list(c.gpu_ids))
+            return
+        if isinstance(c, cmd.RestoreTraining):
+            self.trainer.restore.remote()
+            return
+        if isinstance(c, cmd.ReleaseGpus):
+            if c.to == "training":
+                self.lent -= set(c.gpu_ids)
+                on_time = self.wants_deadline is None or self.now() <= self.wants_deadline
+                self.late_returns += 0 if on_time else 1
+                self.note("return", self._last_decision("return") or "borrow window over", gpus=list(c.gpu_ids), on_time=on_time)
+                if not self.lent:
+                    self.wants_deadline = None
+                    self._maybe_train()
+            return
+        if isinstance(c, cmd.AdmitGroup):
+            self.note("expansion", f"group {c.group_id} admitted: {list(c.worker_ids)}", workers=list(c.worker_ids))
+        self.world.execute(c)
+
+    def _last_decision(self, word: str) -> str:
+        for d in reversed(self.controller.decisions):
+            if word in d:
+                return d
+        return ""
+
+    def _record_changes(self, before: ClusterState, after: ClusterState) -> None:
+        new = self.controller.decisions[self._num_decisions :]
+        self._num_decisions = len(self.controller.decisions)
+        for d in new:
+            self.recorder.record_decision(self.now(), {"decision": d})
+        if after != self._last_state:
+            self.recorder.record_state(self.now(), after)
+            self._last_state = after
+        active = (Status.ACTIVE,)
+        c0, c1 = config_of(before, active), config_of(after, active)
+        if c0 is not None and c1 is not None and c0 != c1 and (c0.mode != c1.mode or (c0.num_prefill, c0.num_decode) != (c1.num_prefill, c1.num_decode) and not c1.is_colocated):
+            self.note("pd_reconfig", f"{c0} -> {c1}: {new[-1] if new else self._last_decision('->')}", before=str(c0), after=str(c1))
+
+    # -- trace player ----------------------------------------------------------------------
+    async def _play_due(self) -> None:
+        from pearl.runtime.trace_player import node_name
+
+        while self.player and self.player[0].at_s <= self.now():
+            a = self.player.pop(0)
+            name = node_name(a.gpu_id)
+            if a.kind == "add":
+                await asyncio.to_thread(self.cluster.add_node, name, Zone.PREEMPTIBLE, [a.gpu_id])
+                self.emit(ev.GpusOffered(self.now(), (Gpu(a.gpu_id, Zone.PREEMPTIBLE, name),)))
+                self.note("offer", f"trace: preemptible {a.gpu_id} joined")
+            elif a.kind == "notice":
+                if name in self.cluster.node_names:
+                    await asyncio.to_thread(self.cluster.drain_node, name, max(0.0, a.deadline_s - self.now()))
+                deadline = self.now() + max(0.0, a.deadline_s - a.at_s)
+                self.emit(ev.ReclaimNotice(self.now(), (a.gpu_id,), deadline))
+                self.note("preemption", f"trace: {a.gpu_id} reclaimed at {deadline:.1f}s (notice)", gpus=[a.gpu_id])
+            else:
+                if name in self.cluster.node_names:
+                    await asyncio.to_thread(self.cluster.remove_node, name)
+                self.emit(ev.GpusGone(self.now(), (a.gpu_id,)))
+                self.note("preemption", f"trace: {a.gpu_id} gone (node removed)", gpus=[a.gpu_id])
+
+    # -- rollout steps and training ------------------------------------------------------------
+    def _maybe_step_done(self, event: ev.TrajectoryDone) -> None:
+        traj = self.world.trajs.get(event.traj_id)
+        if traj is None:
+            return
+        step = traj.step
+        trajs = self.world.step_trajs(step)
+        if len(trajs) < self.cfg.rollout.batch_size or not all(t.done for t in trajs):
+            return
+        trajs, records = self.world.pop_step(step)
+        makespan = self.now() - self.step_started.get(step, self.now())
+        self.expected_rollout_s = 0.7 * self.expected_rollout_s + 0.3 * makespan
+        self.ready_steps[step] = (trajs, records)
+        self.step_makespan[step] = makespan
+        loop = asyncio.get_running_loop()
+        loop.create_task(self._publish_step(step, records))
+        self._maybe_train()
+
+    async def _publish_step(self, step: int, records: list[Any]) -> None:
+        _, worker_steps = await self.world.drain_telemetry()
+        self.recorder.record_telemetry([*records, *worker_steps])
+        self.emit(ev.RolloutStepFinished(self.now(), step, tuple(records), tuple(worker_steps)))
+
+    def _maybe_train(self) -> None:
+        step = self.trained_steps_first_step()
+        if self.training or step not in self.ready_steps:
+            return
+        if self.lent:
+            if self.wants_deadline is None:
+                self.wants_deadline = self.now() + self.cfg.trainer.return_grace_s
+                self.emit(ev.TrainingWants(self.now(), tuple(sorted(self.lent)), self.wants_deadline))
+            return
+        self.training = True
+        asyncio.get_running_loop().create_task(self._train(step))
+
+    def trained_steps_first_step(self) -> int:
+        return self.version  # batch k is trained into version k + 1
+
+    async def _train(self, step: int) -> None:
+        trajs, _ = self.ready_steps.pop(step)
+        samples = [t.to_sample() for t in trajs]
+        t0 = self.now()
+        metrics = await _aget(self.trainer.train.remote(samples))
+        self.version = int(metrics["version"])
+        self.trained_steps += 1
+        row = {
+            "step": step,
+            "version": self.version,
+            "reward_mean": metrics["reward_mean"],
+            "trajectories": len(trajs),
+            "rollout_makespan_s": self.step_makespan.get(step),
+            "predicted_makespan_s": self._predicted_makespan(),
+            "train_time_s": self.now() - t0,
+            "generated_tokens": sum(sum(t.response_mask) for t in trajs),
+            "interrupted_trajectories": sum(1 for t in trajs if t.num_interrupts),
+            "min_segment_version": min((t.min_version for t in trajs if t.min_version is not None), default=None),
+            "t_s": self.now(),
+        }
+        self.step_metrics.append(row)
+        self.recorder.record_step(step, row)
+        self._save_checkpoint()
+        self.training = False
+        self.emit(ev.TrainingStepFinished(self.now(), self.version))
+        self._offer_training_idle()
+        self._maybe_train()
+
+    def _predicted_makespan(self) -> float | None:
+        pred = getattr(self.controller.advisor, "last_prediction_s", None)
+        return float(pred) if pred is not None else None
+
+    def _offer_training_idle(self) -> None:
+        if self.trained_steps >= self.cfg.trainer.num_steps:
+            return
+        free = tuple(g.gpu_id for g in self.training_gpus if g.gpu_id not in self.lent)
+        if free:
+            self.emit(ev.TrainingIdle(self.now(), free, self.now() + self.expected_rollout_s))
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def _ckpt_dir(self) -> Path:
+        return self.out_dir / "checkpoint"
+
+    def _save_checkpoint(self) -> None:
+        d = self._ckpt_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        self.trainer.save.remote(str(d / "trainer.pt"))
+        done = [t.to_json() for t in self.world.trajs.values() if t.done and t.step >= self.version]
+        doc = {
+            "trained_steps": self.trained_steps,
+            "version": self.version,
+            "time_s": self.now(),
+            "expected_rollout_s": self.expected_rollout_s,
+            "step_metrics": self.step_metrics,
+            "done_trajectories": done,
+        }
+        tmp = d / "driver.json.tmp"
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(d / "driver.json")
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        from pearl.errors import InputError
+
+        path = self._ckpt_dir() / "driver.json"
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise InputError(str(path), f"corrupt checkpoint: {err.msg}", location=f"line {err.lineno}") from None
+
+    # -- live view and the end -------------------------------------------------------------------
+    def _refresh_live(self) -> None:
+        state = self.controller.state
+        by: dict[str, dict[str, int]] = {}
+        for g in state.gpus:
+            wid = state.owner_of(g.gpu_id)
+            kind = "idle" if wid is None else (state.worker(wid).role.value if state.worker(wid).status is Status.ACTIVE else state.worker(wid).status.value)
+            by.setdefault(g.zone.value, {}).setdefault(kind, 0)
+            by[g.zone.value][kind] += 1
+        done = sum(1 for t in self.world.trajs.values() if t.done and t.step == self.version)
+        last = self.step_metrics[-1]["reward_mean"] if self.step_metrics else None
+        self.live.update(
+            step=self.trained_steps,
+            num_steps=self.cfg.trainer.num_steps,
+            reward=last,
+            trajectories_done=done,
+            batch_size=self.cfg.rollout.batch_size,
+            gpus_by_zone_role=by,
+            last_decision=self.controller.decisions[-1] if self.controller.decisions else "",
+            events=self.events_log[-5:],
+        )
+
+    def _finish(self) -> dict[str, Any]:
+        rewards = [m["reward_mean"] for m in self.step_metrics]
+        k = max(1, len(rewards) // 5)
+        summary = {
+            "steps": len(self.step_metrics),
+            "final_version": self.version,
+            "reward_first_fifth": sum(rewards[:k]) / k if rewards else None,
+            "reward_last_fifth": sum(rewards[-k:]) / k if rewards else None,
+            "wall_s": self.now(),
+            "late_returns": self.late_returns,
+            "counters": dict(self.world.counters),
+            "ignored_events": len(self.controller.ignored),
+        }
+        summary["report"] = str(self.recorder.finish(summary))
+        return summary
+
+    async def _shutdown(self) -> None:
+        import ray
+
+        world = getattr(self, "world", None)
+        if world is not None:
+            await world.shutdown()
+        if self.cluster is not None:
+            self.cluster.shutdown()
+        elif ray.is_initialized():
+            ray.shutdown()
+
+
+async def _aget(ref: Any) -> Any:
+    return await ref

@@ -1,0 +1,347 @@
+"""The real world on Ray: executes the controller's commands on actors (DESIGN.md).
+
+`RayWorld` owns the rollout worker actors, the environment pool and the token-level record
+of every trajectory. Each command starts asynchronous work whose completion is put on the
+event queue as a controller event (see `pearl.control.commands` for the pairing). The
+driver (`pearl.runtime.driver`) pops events, hands them to the controller and passes the
+commands back here, so the world never decides anything itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pearl.control import commands as cmd
+from pearl.control import events as ev
+from pearl.envs.pool import EnvPool
+from pearl.runtime.engine import ByteTokenizer, SamplingParams
+from pearl.runtime.run_config import RunConfig
+from pearl.runtime.trajectory import RuntimeTrajectory
+from pearl.runtime.worker_api import (
+    KV_LOST,
+    WORKER_LOST,
+    EngineSpec,
+    TurnRequest,
+    TurnResult,
+    collect_turn,
+)
+
+log = logging.getLogger(__name__)
+
+INIT_TIMEOUT_S = 120.0
+
+
+class RayWorld:
+    """Executes commands; `emit(event)` feeds the driver's queue. See the module docstring."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        engine_spec: EngineSpec,
+        *,
+        emit: Callable[[Any], None],
+        now: Callable[[], float],
+        on_record: Callable[[str, Any], None],
+    ) -> None:
+        self.cfg = cfg
+        self.engine_spec = engine_spec
+        self.emit = emit
+        self.now = now
+        self.on_record = on_record  # (kind, payload) for the run recorder
+        self.tok = ByteTokenizer()
+        self.workers: dict[str, Any] = {}
+        self.trajs: dict[str, RuntimeTrajectory] = {}
+        self.restored_done: dict[str, RuntimeTrajectory] = {}
+        self.turn_records: dict[int, list[Any]] = {}
+        self.last_record: dict[str, Any] = {}
+        self.rng = random.Random(cfg.seed)
+        self.env = EnvPool(
+            cfg.env.name,
+            cfg.env.num_hosts,
+            backend="ray" if cfg.env.use_ray else "thread",
+            env_kwargs=dict(cfg.env.kwargs),
+        )
+        self.num_tasks = getattr(self.env, "num_tasks", None)
+        self.tasks: set[asyncio.Task] = set()
+        self.counters = {"interrupts": 0, "resumes": 0, "init_failures": 0, "turns": 0}
+
+    # -- plumbing ------------------------------------------------------------------------
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("world task failed", exc_info=task.exception())
+            self.on_record("error", repr(task.exception()))
+
+    async def pump_env(self) -> None:
+        """Collect finished environment operations forever (the pool is polled, not blocked on)."""
+        while True:
+            for res in self.env.wait(timeout_s=0):
+                self._on_env_result(res)
+            await asyncio.sleep(0.01)
+
+    # -- commands ------------------------------------------------------------------------
+    def execute(self, c: Any) -> None:
+        handler = getattr(self, f"_do_{type(c).__name__}", None)
+        if handler is None:
+            log.debug("world: nothing to do for %s", type(c).__name__)
+            return
+        handler(c)
+
+    def _do_InitWorker(self, c: cmd.InitWorker) -> None:
+        self.spawn(self._init_worker(c))
+
+    async def _init_worker(self, c: cmd.InitWorker) -> None:
+        from pearl.runtime.worker import start_worker
+
+        if self.rng.random() < self.cfg.cluster.worker_init_failure_rate:
+            await asyncio.sleep(0.2)
+            self.counters["init_failures"] += 1
+            self.emit(ev.WorkerInitFailed(self.now(), c.worker_id, "injected start failure (chaos)"))
+            return
+        try:
+            handle = start_worker(c.worker_id, c.role, c.gpu_ids, self.engine_spec, use_cuda=self.cfg.cluster.use_cuda)
+            self.workers[c.worker_id] = handle
+            await asyncio.wait_for(_aget(handle.ready.remote()), INIT_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - any start failure cancels the group
+            self.counters["init_failures"] += 1
+            self._kill(c.worker_id)
+            self.emit(ev.WorkerInitFailed(self.now(), c.worker_id, f"{type(err).__name__}: {err}"[:200]))
+            return
+        self.emit(ev.WorkerReady(self.now(), c.worker_id))
+
+    def _do_SyncWeights(self, c: cmd.SyncWeights) -> None:
+        async def run() -> None:
+            h = self.workers.get(c.worker_id)
+            if h is None:
+                return
+            try:
+                version = await _aget(h.sync_weights.remote(c.version))
+            except Exception as err:  # noqa: BLE001 - its node is gone: GpusGone follows
+                log.info("sync of %s failed: %s", c.worker_id, err)
+                return
+            self.emit(ev.WeightsSynced(self.now(), c.worker_id, version))
+
+        self.spawn(run())
+
+    def _do_ChangeRole(self, c: cmd.ChangeRole) -> None:
+        h = self.workers.get(c.worker_id)
+        if h is not None:
+            h.set_role.remote(c.role.value)
+
+    def _do_Drain(self, c: cmd.Drain) -> None:
+        async def run() -> None:
+            h = self.workers.get(c.worker_id)
+            if h is not None:
+                try:
+                    await _aget(h.drain.remote())
+                except Exception:  # noqa: BLE001 - a dead worker holds nothing
+                    pass
+            self.emit(ev.WorkerDrained(self.now(), c.worker_id))
+
+        self.spawn(run())
+
+    def _do_Interrupt(self, c: cmd.Interrupt) -> None:
+        h = self.workers.get(c.worker_id)
+        if h is not None:  # in-flight turns come back interrupted through their own calls
+            h.interrupt.remote()
+
+    def _do_StopWorker(self, c: cmd.StopWorker) -> None:
+        self._kill(c.worker_id)
+
+    def _kill(self, worker_id: str) -> None:
+        import ray
+
+        h = self.workers.pop(worker_id, None)
+        if h is not None:
+            try:
+                ray.kill(h, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead with its node
+                pass
+
+    def _do_StartRolloutBatch(self, c: cmd.StartRolloutBatch) -> None:
+        for tid in c.traj_ids:
+            restored = self.restored_done.pop(tid, None)
+            if restored is not None:  # finished before a crash: keep it, do not regenerate
+                self.trajs[tid] = restored
+                self.emit(ev.TrajectoryDone(self.now(), tid))
+                continue
+            step, group, _ = _parse_tid(tid)
+            task_id = self._task_of(step, group)
+            self.trajs[tid] = RuntimeTrajectory(tid, step, group, task_id)
+            self.env.submit_reset(tid, task_id, self.cfg.seed)
+
+    def _task_of(self, step: int, group: int) -> int:
+        n = self.num_tasks or 1000
+        return random.Random(f"{self.cfg.seed}:{step}:{group}").randrange(n)
+
+    def _do_Route(self, c: cmd.Route) -> None:
+        self.spawn(self._turn(c))
+
+    async def _turn(self, c: cmd.Route) -> None:
+        traj = self.trajs.get(c.traj_id)
+        if traj is None:
+            return
+        rc = self.cfg.rollout
+        prompt = traj.prompt()
+        budget = min(rc.max_new_tokens - len(traj.partial_ids), rc.max_context_tokens - len(prompt))
+        if budget < 1:  # the length limit ends the trajectory (a turn cut by it is kept)
+            if traj.partial_ids:
+                traj.finish_turn((), (), traj.partial_versions[-1] if traj.partial_versions else 0)
+            traj.truncated = True
+            self.env.close_session(c.traj_id)
+            self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
+            self._traj_done(traj)
+            return
+        if c.full_prefill and traj.num_interrupts:
+            traj.num_resumes += 1
+            self.counters["resumes"] += 1
+            self.on_record("resume", {"traj_id": c.traj_id, "worker": c.prefill_worker_id, "context_tokens": len(prompt)})
+        seed = self.rng.randrange(1 << 30)
+        req = TurnRequest(
+            c.traj_id,
+            traj.num_turns * 100 + traj.num_interrupts,
+            tuple(prompt),
+            SamplingParams(temperature=rc.temperature, top_p=rc.top_p, max_new_tokens=budget, seed=seed, stop_token_ids=(self.tok.eos_token_id,)),
+            step=traj.step,
+            resumed=c.full_prefill,
+            t_queued_s=time.time(),
+        )
+        res = await self._run_turn(req, c)
+        self.counters["turns"] += 1
+        if res.interrupted or res.error is not None and not _is_length_refusal(res):
+            traj.keep_partial(res.token_ids, res.logprobs, res.weight_version)
+            self.counters["interrupts"] += 1
+            self.on_record("interrupt", {"traj_id": c.traj_id, "worker": res.worker_id, "reason": res.error or res.finish_reason, "kept_tokens": len(res.token_ids)})
+            self.emit(ev.RequestInterrupted(self.now(), c.traj_id, res.worker_id or c.prefill_worker_id, len(traj.partial_ids)))
+            return
+        if res.error is not None:  # refused for length: the trajectory ends here
+            traj.truncated = True
+            self.env.close_session(c.traj_id)
+            self._finish_turn_event(c.traj_id, res.worker_id, None)
+            self._traj_done(traj)
+            return
+        turn_ids = traj.finish_turn(res.token_ids, res.logprobs, res.weight_version)
+        self._finish_turn_event(c.traj_id, res.worker_id, res.record)
+        text = self.tok.decode([t for t in turn_ids if t < 256])
+        self.env.submit_step(c.traj_id, text)
+
+    async def _run_turn(self, req: TurnRequest, c: cmd.Route) -> TurnResult:
+        pre_h = self.workers.get(c.prefill_worker_id)
+        dec_id = c.decode_worker_id or c.prefill_worker_id
+        dec_h = self.workers.get(dec_id)
+        if pre_h is None or dec_h is None:
+            return TurnResult(req.traj_id, req.turn, (), (), WORKER_LOST, c.prefill_worker_id, error="worker unknown")
+        prefill = None
+        if c.decode_worker_id is not None:
+            try:
+                prefill = await _aget(pre_h.prefill.remote(req))
+            except Exception as err:  # noqa: BLE001 - the prefill worker died
+                return TurnResult(req.traj_id, req.turn, (), (), WORKER_LOST, c.prefill_worker_id, error=repr(err)[:200])
+            if not prefill.needs_decode:
+                return prefill.as_turn_result()
+        stream = dec_h.serve.options(num_returns="streaming").remote(req, prefill)
+        res = await collect_turn(stream, req, dec_id)
+        if res.finish_reason == KV_LOST and prefill is not None:
+            return dataclasses.replace(res, token_ids=prefill.token_ids + res.token_ids, logprobs=prefill.logprobs + res.logprobs)
+        return res
+
+    def _finish_turn_event(self, traj_id: str, worker_id: str, record: Any) -> None:
+        if record is not None:
+            self.last_record[traj_id] = record
+        self.emit(ev.TurnFinished(self.now(), traj_id, worker_id, record))
+
+    def _on_env_result(self, res: Any) -> None:
+        traj = self.trajs.get(res.traj_id)
+        if traj is None:
+            return
+        if res.error is not None:
+            self.on_record("error", {"traj_id": res.traj_id, "env_error": res.error})
+            self._traj_done(traj)
+            return
+        rec = self.last_record.pop(res.traj_id, None)
+        if rec is not None:
+            rec = _with_env_times(rec, res.record)
+            self.turn_records.setdefault(traj.step, []).append(rec)
+        obs = res.observation if res.step is None else res.step.observation
+        ids = list(self.tok.encode(obs.text))
+        if not traj.token_ids:
+            ids = [self.tok.bos_token_id, *ids]
+        traj.add_context(ids)
+        if res.step is not None:
+            traj.reward += float(res.step.reward)
+            if res.step.done:
+                self._traj_done(traj)
+                return
+        if len(traj.token_ids) >= self.cfg.rollout.max_context_tokens:
+            traj.truncated = True
+            self.env.close_session(traj.traj_id)
+            self._traj_done(traj)
+            return
+        self.emit(ev.TrajectoryReady(self.now(), traj.traj_id))
+
+    def _traj_done(self, traj: RuntimeTrajectory) -> None:
+        if traj.done:
+            return
+        traj.done = True
+        self.emit(ev.TrajectoryDone(self.now(), traj.traj_id))
+
+    # -- step bookkeeping ------------------------------------------------------------------
+    def step_trajs(self, step: int) -> list[RuntimeTrajectory]:
+        return sorted((t for t in self.trajs.values() if t.step == step), key=lambda t: t.traj_id)
+
+    def pop_step(self, step: int) -> tuple[list[RuntimeTrajectory], list[Any]]:
+        trajs = self.step_trajs(step)
+        for t in trajs:
+            self.trajs.pop(t.traj_id, None)
+        return trajs, self.turn_records.pop(step, [])
+
+    async def drain_telemetry(self) -> tuple[list[Any], list[Any]]:
+        """Per-worker step records since the last call (turn records come with results)."""
+        steps: list[Any] = []
+        for h in list(self.workers.values()):
+            try:
+                _, ws = await asyncio.wait_for(_aget(h.telemetry.remote()), 5.0)
+                steps.extend(ws)
+            except Exception:  # noqa: BLE001 - a dead or busy worker reports nothing
+                continue
+        return [], steps
+
+    async def shutdown(self) -> None:
+        for t in list(self.tasks):
+            t.cancel()
+        for wid in list(self.workers):
+            self._kill(wid)
+        self.env.shutdown()
+
+
+async def _aget(ref: Any) -> Any:
+    return await ref
+
+
+def _parse_tid(tid: str) -> tuple[int, int, int]:
+    """`s{step}-g{group}-{i}` (the book's ids) -> (step, group, i)."""
+    s, g, i = tid.split("-")
+    return int(s[1:]), int(g[1:]), int(i)
+
+
+def _is_length_refusal(res: TurnResult) -> bool:
+    text = (res.error or "") + " " + res.finish_reason
+    return "context" in text or "too long" in text or "length" in text
+
+
+def _with_env_times(rec: Any, env_record: Any) -> Any:
+    try:
+        return dataclasses.replace(rec, t_env_start_s=env_record.t_start_s, t_env_end_s=env_record.t_end_s)
+    except (TypeError, AttributeError, ValueError):
+        return rec
