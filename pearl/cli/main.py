@@ -32,9 +32,15 @@ def _register() -> None:
 
     profile_cmd.register(app)
     decide_cmd.register(app)
+    from pearl.cli import run_cmd
+
+    run_cmd.register(app)
     from pearl.cli import simulate_cmd
 
     simulate_cmd.register(app)
+    from pearl.cli import env_cmd
+
+    env_cmd.register(app)
 
 
 _register()

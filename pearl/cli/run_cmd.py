@@ -1,0 +1,101 @@
+"""`pearl run`: a real elastic RL run on Ray, recorded in a run directory with a report.
+
+Ray and the runtime driver are imported only when the command runs, so `pearl --help`
+stays fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from pearl.cli.common import console, guarded, print_json
+from pearl.errors import InputError
+
+
+def default_out_dir(now: dt.datetime | None = None) -> Path:
+    """runs/<UTC timestamp>, with a suffix if that directory already exists."""
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / stamp
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{stamp}-{n}")
+    return out
+
+
+def _with_overrides(cfg: Any, *, address: str | None, steps: int | None) -> Any:
+    """The config with --address and --steps applied (validated like the YAML)."""
+    if steps is not None and steps < 1:
+        raise InputError("<argument>", f"must be >= 1, got {steps}", field="--steps")
+    if address is not None:
+        cfg = cfg.model_copy(
+            update={"cluster": cfg.cluster.model_copy(update={"address": address})}
+        )
+    if steps is not None:
+        cfg = cfg.model_copy(
+            update={"trainer": cfg.trainer.model_copy(update={"num_steps": steps})}
+        )
+    return cfg
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    @guarded
+    def run(
+        config: Path | None = typer.Argument(
+            None,
+            metavar="CONFIG.yaml",
+            help="Run config YAML (see pearl/runtime/run_config.py); omit with --resume.",
+        ),
+        address: str | None = typer.Option(
+            None, "--address", help="Ray cluster address ('auto'); default: a local cluster."
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", help="New run directory (default: runs/<UTC timestamp>)."
+        ),
+        resume: Path | None = typer.Option(
+            None, "--resume", help="Continue the run in this directory from its last checkpoint."
+        ),
+        steps: int | None = typer.Option(
+            None, "--steps", help="Override trainer.num_steps (total steps of the run)."
+        ),
+        no_live: bool = typer.Option(
+            False, "--no-live", help="Plain progress lines instead of the live view."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON doc."),
+    ) -> None:
+        """Train a policy with elastic, PD-adaptive rollout; write a run directory and report."""
+        from pearl.runtime.run_config import load_run_config
+        from pearl.runtime.rundir import CONFIG_FILE, REPORT_FILE, check_out_dir
+
+        if resume is not None:
+            if config is not None or out is not None:
+                raise InputError(
+                    "<argument>",
+                    "--resume continues DIR with DIR/config.yaml: give no CONFIG and no --out",
+                    field="--resume",
+                )
+            check_out_dir(resume, resume=True)
+            out_dir, config_path = resume, resume / CONFIG_FILE
+        else:
+            if config is None:
+                raise InputError("<argument>", "give a CONFIG.yaml or --resume DIR", field="CONFIG")
+            out_dir = out if out is not None else default_out_dir()
+            check_out_dir(out_dir, resume=False)
+            config_path = config
+        cfg = _with_overrides(load_run_config(config_path), address=address, steps=steps)
+
+        from pearl.runtime import driver  # imports Ray: only now
+
+        summary = driver.run(cfg, out_dir=out_dir, resume=resume is not None, live=not no_live)
+        doc: dict[str, Any] = dict(summary or {})
+        doc.setdefault("out_dir", str(out_dir))
+        doc.setdefault("report", str(Path(out_dir) / REPORT_FILE))
+        if as_json:
+            print_json(doc)
+            return
+        console.print(f"run directory: {doc['out_dir']}\nreport: {doc['report']}", highlight=False)
