@@ -66,7 +66,14 @@ def _print_table(doc: dict[str, Any]) -> None:
     title = f"{doc['setting']}"
     table = Table(title=title)
     for col in (
-        "policy", "traj/h", "tok/s", "steps/h", "of bound", "makespan s", "reconfigs", "GPU-h",
+        "policy",
+        "traj/h",
+        "tok/s",
+        "steps/h",
+        "of bound",
+        "makespan s",
+        "reconfigs",
+        "GPU-h",
     ):
         table.add_column(col, justify="right" if col != "policy" else "left")
     for name, s in doc["policies"].items():
@@ -120,8 +127,16 @@ def register(app: typer.Typer) -> None:
         from pearl.sim.runner import run_simulation
 
         cfg = _build_config(
-            config, model=model, gpu=gpu, trace=trace, policies=policies, batch=batch,
-            max_len=max_len, seed=seed, static_gpus=static_gpus, duration=duration,
+            config,
+            model=model,
+            gpu=gpu,
+            trace=trace,
+            policies=policies,
+            batch=batch,
+            max_len=max_len,
+            seed=seed,
+            static_gpus=static_gpus,
+            duration=duration,
         )
         with Progress(
             TextColumn("{task.description}"),

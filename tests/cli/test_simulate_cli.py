@@ -1,0 +1,69 @@
+"""`pearl simulate`: one JSON document, outputs on disk, one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from pearl.cli.main import app
+
+runner = CliRunner()
+SMALL = ["--static-gpus", "2", "--batch", "8", "--duration", "300", "--no-bound"]
+
+
+def test_simulate_json_is_one_document_with_each_policy() -> None:
+    """--json prints one JSON object with a summary per policy."""
+    res = runner.invoke(
+        app, ["simulate", *SMALL, "--policies", "fixed:colocated,fixed:disagg:1:1", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert set(doc["policies"]) == {"fixed:colocated", "fixed:disagg:1:1"}
+    for s in doc["policies"].values():
+        assert s["trajs_per_hour"] >= 0 and "reconfigurations" in s and "gpu_hours" in s
+    assert doc["trace"] == "static:2" and doc["batch_size"] == 8
+
+
+def test_simulate_out_writes_telemetry_decisions_summary_config(tmp_path: Path) -> None:
+    """--out writes the shared telemetry schema, decisions, summary and the config used."""
+    out = tmp_path / "run"
+    res = runner.invoke(
+        app, ["simulate", *SMALL, "--policies", "fixed:colocated", "--out", str(out), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    from pearl.control.telemetry import read_jsonl
+    from pearl.sim.config import load_config
+
+    tel = read_jsonl(out / "fixed_colocated" / "telemetry.jsonl")
+    assert tel.turns and tel.worker_steps and tel.meta.model == "qwen3-8b"
+    lines = (out / "fixed_colocated" / "decisions.jsonl").read_text().splitlines()
+    assert all("kind" in json.loads(line) for line in lines)
+    assert json.loads((out / "summary.json").read_text())["policies"]
+    cfg = load_config(out / "config.yaml")
+    assert cfg.rollout.batch_size == 8 and cfg.trace.static_gpus == 2
+    assert yaml.safe_load((out / "config.yaml").read_text())["seed"] == 0
+
+
+def test_bad_policy_is_one_line_exit_2() -> None:
+    """An unknown policy names the option, on one line, exit code 2."""
+    res = runner.invoke(app, ["simulate", *SMALL, "--policies", "nosuch"])
+    assert res.exit_code == 2
+    assert "--policies" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_bad_config_file_names_file_and_field(tmp_path: Path) -> None:
+    """A config with a bad value names the file and the dotted field."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollout:\n  batch_size: 0\n")
+    res = runner.invoke(app, ["simulate", "--config", str(bad), "--json"])
+    assert res.exit_code == 2
+    assert str(bad) in res.stderr and "rollout.batch_size" in res.stderr
+
+
+def test_bad_batch_option_exit_2() -> None:
+    """A batch of 0 is refused before anything runs."""
+    res = runner.invoke(app, ["simulate", "--batch", "0", "--json"])
+    assert res.exit_code == 2 and "rollout.batch_size" in res.stderr
