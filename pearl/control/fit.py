@@ -5,9 +5,10 @@
 * each coefficient is written `theta_j = prior_j * s_j`, so every unknown `s_j` is a
   dimensionless multiplier of its prior (1 = "the prior was right");
 * residuals are relative (`(y - yhat) / y`), so a 10 ms and a 1 s iteration weigh alike;
-* a ridge term `prior_weight * |s - 1|^2` pulls the multipliers toward 1: with no samples
-  the fit is the prior, with many it follows the data (`prior_weight` acts like that many
-  samples of evidence for the prior);
+* a ridge term `lam * |s - 1|^2` pulls the multipliers toward 1 (a Gaussian prior with
+  relative standard deviation `prior_rel_sd`, weighed against the residual noise): with
+  no samples the fit is the prior, with few it moves only as far as the data demand
+  (unidentified directions stay at the prior), with many it follows the data;
 * coefficients stay >= 0 (a small active-set loop pins negative ones at 0 and refits).
 
 It reports a `FitQuality` (samples, relative RMS residual, confidence in 0..1).
@@ -22,11 +23,19 @@ from pearl.control.profile import FitQuality
 
 
 def fit_with_prior(
-    x: np.ndarray, y: np.ndarray, prior: np.ndarray, prior_weight: float = 20.0
+    x: np.ndarray,
+    y: np.ndarray,
+    prior: np.ndarray,
+    prior_weight: float = 20.0,
+    prior_rel_sd: float = 0.5,
 ) -> tuple[np.ndarray, FitQuality]:
     """Non-negative relative ridge fit of `y ~ x @ theta` around `prior` (see module doc).
 
     `x` is (n, k), `y` (n,) with y > 0 (rows with y <= 0 are dropped), `prior` (k,) > 0.
+    The ridge weight is Bayesian: `noise_var / prior_rel_sd**2`, where the noise variance
+    of the relative residuals is estimated from an almost unregularised first pass (a
+    default of 10% when there are no more rows than unknowns). `prior_weight` is the number
+    of pseudo-samples the confidence score gives the prior.
     """
     prior = np.maximum(np.asarray(prior, dtype=float), 1e-30)
     y = np.asarray(y, dtype=float).reshape(-1)
@@ -38,24 +47,34 @@ def fit_with_prior(
         return prior.copy(), FitQuality(0, 0.0, 0.0)
     # Relative residuals: divide each row by its y; unknowns are multipliers of the prior.
     a = x * prior / y[:, None]
-    b = np.ones(n)
-    lam = max(prior_weight, 1e-9)
+    if n > k:
+        r = 1.0 - a @ _solve(a, 1e-9)
+        noise_var = float(np.clip(r @ r / (n - k), 1e-8, 1.0))
+    else:
+        noise_var = 0.1**2
+    s = _solve(a, noise_var / prior_rel_sd**2)
+    theta = prior * s
+    rel = (y - x @ theta) / y
+    rel_rms = float(np.sqrt(np.mean(rel * rel)))
+    confidence = (n / (n + max(prior_weight, 0.0))) / (1.0 + rel_rms)
+    return theta, FitQuality(int(n), rel_rms, float(confidence))
+
+
+def _solve(a: np.ndarray, lam: float) -> np.ndarray:
+    """argmin |a s - 1|^2 + lam |s - 1|^2 subject to s >= 0 (small active-set loop)."""
+    k = a.shape[1]
     free = np.ones(k, dtype=bool)
     s = np.ones(k)
     for _ in range(k + 1):
         s = np.zeros(k)
         af = a[:, free]
-        lhs = af.T @ af + lam * np.eye(int(free.sum()))
-        rhs = af.T @ b + lam * np.ones(int(free.sum()))
-        s[free] = np.linalg.solve(lhs, rhs)
+        m = int(free.sum())
+        lhs = af.T @ af + lam * np.eye(m)
+        rhs = af.T @ np.ones(len(a)) + lam * np.ones(m)
+        s[free] = np.linalg.lstsq(lhs, rhs, rcond=None)[0]
         if np.all(s[free] >= 0):
             break
         free &= s >= 0
         if not free.any():
-            s = np.zeros(k)
-            break
-    theta = prior * s
-    rel = (y - x @ theta) / y
-    rel_rms = float(np.sqrt(np.mean(rel * rel)))
-    confidence = (n / (n + lam)) / (1.0 + rel_rms)
-    return theta, FitQuality(int(n), rel_rms, float(confidence))
+            return np.zeros(k)
+    return s

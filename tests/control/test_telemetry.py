@@ -1,0 +1,114 @@
+"""The telemetry schema: round trips, validation, and errors that name file, line and field."""
+
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pearl.control.telemetry import (
+    TelemetryError,
+    TelemetryMeta,
+    TurnRecord,
+    WorkerStepRecord,
+    parse_jsonl,
+    read_jsonl,
+    write_jsonl,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "telemetry.jsonl"
+
+
+def turn(**kw) -> TurnRecord:
+    base = dict(
+        traj_id="t0", turn=0, step=0, weight_version=3, prefill_worker="w0",
+        decode_worker="w1", roles=("prefill", "decode"), new_prefill_tokens=900,
+        cached_prefix_tokens=100, decode_tokens=250, context_tokens=1000,
+        t_queued_s=0.0, t_prefill_start_s=0.5, t_prefill_end_s=0.6, t_kv_start_s=0.6,
+        t_kv_end_s=0.65, t_decode_start_s=0.7, t_decode_end_s=3.0, t_env_start_s=3.0,
+        t_env_end_s=4.5,
+    )  # fmt: skip
+    base.update(kw)
+    return TurnRecord(**base)
+
+
+STEP = WorkerStepRecord("w1", "decode", 0, 1.0, 12, 0, 12, 48000, 0.021)
+
+
+def test_round_trip_and_derived_durations():
+    rec = turn()
+    buf = io.StringIO()
+    assert write_jsonl(buf, [rec, STEP], TelemetryMeta("qwen3-8b", "h100-sxm", 2)) == 3
+    tel = parse_jsonl(buf.getvalue().splitlines())
+    assert tel.turns == (rec,) and tel.worker_steps == (STEP,)
+    assert tel.meta == TelemetryMeta("qwen3-8b", "h100-sxm", 2)
+    assert rec.prefill_s == pytest.approx(0.1) and rec.kv_s == pytest.approx(0.05)
+    assert rec.env_s == pytest.approx(1.5) and rec.t_end_s == 4.5
+
+
+def test_colocated_and_last_turn_have_null_pairs():
+    rec = turn(roles=("colocated",), decode_worker="w0", t_kv_start_s=None, t_kv_end_s=None,
+               t_env_start_s=None, t_env_end_s=None)  # fmt: skip
+    assert rec.kv_s is None and rec.env_s is None and rec.t_end_s == 3.0
+    assert TurnRecord.from_json(json.loads(json.dumps(rec.to_json()))) == rec
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (dict(decode_tokens=-1), "decode_tokens"),
+        (dict(new_prefill_tokens=2000), "context_tokens"),
+        (dict(t_prefill_start_s=-1.0), "t_prefill_start_s"),
+        (dict(t_decode_end_s=0.1), "t_decode_end_s"),
+        (dict(t_kv_end_s=None), "t_kv_end_s"),
+        (dict(roles=("driver",)), "roles"),
+        (dict(turn=1.5), "turn"),
+    ],
+)
+def test_invalid_turns_name_the_field(change, field):
+    with pytest.raises(TelemetryError) as err:
+        turn(**change)
+    assert err.value.field == field
+
+
+def test_worker_step_validation():
+    with pytest.raises(TelemetryError, match="role"):
+        replace(STEP, role="trainer")
+    with pytest.raises(TelemetryError, match="step_time_s"):
+        replace(STEP, step_time_s=-0.1)
+
+
+def _lines(*docs) -> list[str]:
+    return [json.dumps(d) for d in docs]
+
+
+def test_errors_name_source_line_and_field():
+    good = turn().to_json()
+    bad = dict(good, decode_tokens=-5)
+    with pytest.raises(TelemetryError) as err:
+        parse_jsonl(_lines(good, bad), "run.jsonl")
+    assert str(err.value).startswith("run.jsonl:line 2: field 'decode_tokens'")
+    missing = {k: v for k, v in good.items() if k != "t_queued_s"}
+    with pytest.raises(TelemetryError, match="line 1: field 't_queued_s': missing"):
+        parse_jsonl(_lines(missing), "run.jsonl")
+    with pytest.raises(TelemetryError, match="field 'colour': unknown field"):
+        parse_jsonl(_lines(dict(good, colour="red")), "run.jsonl")
+    with pytest.raises(TelemetryError, match="line 3: not valid JSON"):
+        parse_jsonl(["", "# comment", "{nope"], "run.jsonl")
+    with pytest.raises(TelemetryError, match="field 'kind'"):
+        parse_jsonl(_lines({"kind": "span"}), "run.jsonl")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TelemetryError, match="file not found"):
+        read_jsonl(tmp_path / "none.jsonl")
+
+
+def test_example_file_reads_by_step():
+    tel = read_jsonl(EXAMPLE)
+    assert tel.meta.model == "qwen3-8b" and tel.steps() == [0, 1]
+    for step, turns, steps in tel.by_step():
+        assert turns and steps
+        assert all(t.step == step for t in turns) and all(w.step == step for w in steps)
+    assert {t.roles for t in tel.turns} == {("colocated",), ("prefill", "decode")}

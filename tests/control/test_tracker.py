@@ -1,0 +1,132 @@
+"""The runtime tracker: hand-computed workload statistics, EMAs, and fits that recover known
+coefficients from many samples and lean on the prior with few."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pearl.control.fit import fit_with_prior
+from pearl.control.profile import HardwarePrior, WorkloadProfile
+from pearl.control.telemetry import TurnRecord, WorkerStepRecord, read_jsonl
+from pearl.control.tracker import RuntimeTracker, workload_stats
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "telemetry.jsonl"
+HW = HardwarePrior(
+    weight_bytes=16.38e9,
+    kv_bytes_per_token=147456.0,
+    flops_per_token=2 * 8.19e9,
+    attn_flops_per_token_ctx=4.0 * 36 * 32 * 128,
+    gpu_flops_per_s=989e12,
+    gpu_hbm_bytes_per_s=3.35e12,
+    gpu_hbm_bytes=80e9,
+)
+# The "true" iteration cost the synthetic telemetry follows: a, b_p, b_d, c_ctx.
+TRUE = np.array([0.012, 3.5e-5, 8e-5, 9e-8])
+
+
+def iterations(n: int, seed: int = 0, step: int = 0) -> list[WorkerStepRecord]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        prefill = int(rng.choice([0, 0, rng.integers(100, 8192)]))
+        dec = int(rng.integers(1, 64))
+        ctx = int(dec * rng.integers(1000, 30000))
+        t = TRUE @ np.array([1.0, prefill, dec, ctx]) * rng.lognormal(0, 0.03)
+        out.append(WorkerStepRecord("w0", "colocated", step, float(i), dec + (prefill > 0),
+                                    prefill, dec, ctx, float(t)))  # fmt: skip
+    return out
+
+
+def mk_turn(traj, turn, t0, *, env=1.0, new=100, cached=900, dec=50, kv=None, step=0):
+    kv_pair = (t0 + 0.2, t0 + 0.2 + kv) if kv is not None else (None, None)
+    d0 = kv_pair[1] if kv is not None else t0 + 0.2
+    env_pair = (d0 + 1.0, d0 + 1.0 + env) if env is not None else (None, None)
+    return TurnRecord(traj, turn, step, 0, "w0", "w1", ("prefill", "decode"), new, cached, dec,
+                      new + cached, t0, t0 + 0.1, t0 + 0.2, *kv_pair, d0, d0 + 1.0,
+                      *env_pair)  # fmt: skip
+
+
+def test_workload_stats_hand_computed():
+    """Two trajectories (3 and 2 turns): means, tail, final context and env-wait share."""
+    a = [
+        mk_turn("a", 0, 0.0, env=2.0),
+        mk_turn("a", 1, 3.2, env=2.0),
+        mk_turn("a", 2, 6.4, env=None),
+    ]
+    b = [mk_turn("b", 0, 0.0, env=4.0, new=500), mk_turn("b", 1, 5.2, env=None, new=500)]
+    s = workload_stats(a + b)
+    assert s["batch_size"] == 2
+    assert s["turns_per_traj_mean"] == 2.5 and s["turns_per_traj_max"] == 3
+    assert s["new_prefill_tokens_per_turn"] == pytest.approx((3 * 100 + 2 * 500) / 5)
+    assert s["context_tokens_mean"] == pytest.approx((3 * 1000 + 2 * 1400) / 5)
+    assert s["traj_context_tokens_mean"] == pytest.approx(((1000 + 50) + (1400 + 50)) / 2)
+    assert s["env_s_per_turn_mean"] == pytest.approx(8.0 / 3)
+    # a lives 0 -> 7.6 s (waits 4 s), b lives 0 -> 6.4 s (waits 4 s)
+    assert s["env_wait_fraction"] == pytest.approx(8.0 / 14.0)
+
+
+def test_fit_recovers_true_coefficients_with_many_samples():
+    tracker = RuntimeTracker(HW)
+    prof = tracker.observe_step([], iterations(3000))
+    got = [prof.perf.step_overhead_s, prof.perf.prefill_s_per_token,
+           prof.perf.decode_s_per_seq, prof.perf.decode_s_per_ctx_token]  # fmt: skip
+    assert got == pytest.approx(list(TRUE), rel=0.08)
+    assert prof.step_fit.num_samples == 3000 and prof.step_fit.confidence > 0.9
+    assert prof.step_fit.rel_rms_residual < 0.06
+
+
+def test_few_samples_stay_near_the_prior_and_say_so():
+    prior = HW.perf_prior()
+    prof = RuntimeTracker(HW).observe_step([], iterations(3))
+    assert prof.step_fit.num_samples == 3 and prof.step_fit.confidence < 0.2
+    # each coefficient stays within a factor of 2 of its prior
+    for name in ("step_overhead_s", "prefill_s_per_token", "decode_s_per_ctx_token"):
+        assert 0.5 < getattr(prof.perf, name) / getattr(prior, name) < 2.0
+    empty = RuntimeTracker(HW).observe_step([], [])
+    assert empty.perf == prior and empty.step_fit.confidence == 0.0
+
+
+def test_kv_fit_recovers_bandwidth():
+    turns = [mk_turn(f"t{i}", 0, float(i), env=None, new=n, cached=0,
+                     kv=0.003 + n * HW.kv_bytes_per_token / 20e9)
+             for i, n in enumerate(range(500, 20000, 500))]  # fmt: skip
+    prof = RuntimeTracker(HW).observe_step(turns, [])
+    assert 1 / prof.perf.kv_s_per_byte == pytest.approx(20e9, rel=0.05)
+    assert prof.kv_fit.num_samples == len(turns)
+
+
+def test_ema_blends_later_steps():
+    """The first step replaces the prior's statistics; the second is blended with alpha."""
+    tracker = RuntimeTracker(HW, alpha=0.25)
+    one = [mk_turn("a", 0, 0.0, env=None, dec=100)]
+    two = [mk_turn("b", 0, 0.0, env=None, dec=300, step=1)]
+    assert tracker.observe_step(one, []).decode_tokens_per_turn == 100
+    prof = tracker.observe_step(two, [])
+    assert prof.decode_tokens_per_turn == pytest.approx(0.25 * 300 + 0.75 * 100)
+    assert prof.num_steps == 2 and prof.num_turns == 2
+
+
+def test_step_without_samples_keeps_fitted_perf():
+    tracker = RuntimeTracker(HW)
+    fitted = tracker.observe_step([], iterations(500)).perf
+    assert tracker.observe_step([mk_turn("a", 0, 0.0, env=None)], []).perf == fitted
+
+
+def test_fit_with_prior_keeps_coefficients_non_negative():
+    t = np.arange(1.0, 10.0)
+    x = np.stack([np.ones_like(t), t], axis=1)
+    y = 10.0 - t  # decreasing: an unconstrained slope would be negative
+    theta, q = fit_with_prior(x, y, np.array([1.0, 1.0]), prior_rel_sd=100.0)
+    assert np.all(theta >= 0) and theta[1] == 0.0 and q.num_samples == 9
+
+
+def test_example_telemetry_profile_round_trips():
+    tel = read_jsonl(EXAMPLE)
+    tracker = RuntimeTracker(HW)
+    for _, turns, steps in tel.by_step():
+        tracker.observe_step(turns, steps)
+    prof = tracker.profile
+    assert prof.num_steps == 2 and prof.step_fit.confidence > 0.5 and prof.kv_fit.num_samples > 0
+    assert 10 <= prof.turns_per_traj_mean <= 30 and 0 < prof.prefix_hit_rate < 1
+    assert WorkloadProfile.from_json(prof.to_json()) == prof
