@@ -1,0 +1,124 @@
+"""`pearl profile fit` and `pearl decide` end to end: one JSON document, one-line errors, exit 2."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pearl.cli.main import app
+from pearl.control.profile import WorkloadProfile
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PROFILE = EXAMPLES / "profile.json"
+TELEMETRY = EXAMPLES / "telemetry.jsonl"
+runner = CliRunner()
+
+
+def _ok(args: list[str]) -> dict:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def _bad(args: list[str]) -> str:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def test_profile_fit_json_feeds_decide(tmp_path):
+    doc = _ok(["profile", "fit", str(TELEMETRY), "--json"])
+    prof = WorkloadProfile.from_json(doc)
+    assert prof.num_steps == 2 and prof.step_fit.num_samples > 0
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(doc))
+    out = _ok(["decide", "--profile", str(f), "--gpus", "8", "--json"])
+    assert out["num_workers"] == 8 and out["batch"] == round(prof.batch_size)
+
+
+def test_shipped_profile_matches_shipped_telemetry():
+    """examples/profile.json is what `pearl profile fit examples/telemetry.jsonl` prints."""
+    fitted = _ok(["profile", "fit", str(TELEMETRY), "--json"])
+    shipped = json.loads(PROFILE.read_text())
+    assert WorkloadProfile.from_json(shipped) == WorkloadProfile.from_json(fitted)
+
+
+def test_decide_json_has_every_candidate():
+    doc = _ok(["decide", "--profile", str(PROFILE), "--gpus", "8", "--current",
+               "disaggregated:3:5", "--batch", "64", "--json"])  # fmt: skip
+    assert doc["current"] == "disaggregated:3:5" and doc["batch"] == 64
+    configs = [c["config"] for c in doc["candidates"]]
+    assert configs[0] == "colocated:8" and len(configs) == 8 and doc["chosen"] in configs
+    chosen = next(c for c in doc["candidates"] if c["config"] == doc["chosen"])
+    assert chosen["feasible"] and chosen["makespan_s"] == doc["predicted_makespan_s"]
+    assert {"throughput_bound_s", "critical_path_s"} <= set(chosen["breakdown"])
+
+
+def test_decide_table_and_tensor_parallel():
+    res = runner.invoke(app, ["decide", "--profile", str(PROFILE), "--gpus", "8", "--top", "3"])
+    assert res.exit_code == 0 and "makespan" in res.stdout and "colocated:8" in res.stdout
+    doc = _ok(["decide", "--profile", str(PROFILE), "--gpus", "8", "--gpus-per-worker", "2",
+               "--json"])  # fmt: skip
+    assert doc["num_workers"] == 4 and len(doc["candidates"]) == 4
+
+
+def test_profile_missing_field(tmp_path):
+    doc = json.loads(PROFILE.read_text())
+    del doc["perf"]["decode_s_per_seq"]
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(doc))
+    line = _bad(["decide", "--profile", str(f), "--gpus", "8"])
+    assert str(f) in line and "perf.decode_s_per_seq" in line and "missing" in line
+
+
+def test_profile_negative_number(tmp_path):
+    doc = json.loads(PROFILE.read_text())
+    doc["decode_tokens_per_turn"] = -3
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(doc))
+    line = _bad(["decide", "--profile", str(f), "--gpus", "8"])
+    assert str(f) in line and "decode_tokens_per_turn" in line
+
+
+def test_telemetry_negative_tokens(tmp_path):
+    lines = TELEMETRY.read_text().splitlines()
+    rec = json.loads(lines[3])
+    rec["new_prefill_tokens"] = -10
+    lines[3] = json.dumps(rec)
+    f = tmp_path / "t.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    line = _bad(["profile", "fit", str(f)])
+    assert f"{f}:line 4" in line and "new_prefill_tokens" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--gpus", "0"], "--gpus"),
+        (["--gpus", "1", "--gpus-per-worker", "2"], "--gpus"),
+        (["--gpus", "8", "--batch", "0"], "--batch"),
+        (["--gpus", "8", "--current", "pipelined:3"], "--current"),
+        (["--gpus", "8", "--modes", "colocated,magic"], "--modes"),
+        (
+            ["--gpus", "8", "--mode-threshold", "0.01", "--ratio-threshold", "0.2"],
+            "--mode-threshold",
+        ),
+    ],
+)
+def test_bad_arguments(args, field):
+    line = _bad(["decide", "--profile", str(PROFILE), *args])
+    assert f"field '{field}'" in line
+
+
+def test_missing_files(tmp_path):
+    assert "file not found" in _bad(
+        ["decide", "--profile", str(tmp_path / "x.json"), "--gpus", "2"]
+    )
+    assert "file not found" in _bad(["profile", "fit", str(tmp_path / "x.jsonl")])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert "no turn records" in _bad(["profile", "fit", str(empty)])

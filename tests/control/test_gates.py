@@ -1,0 +1,71 @@
+"""Cost gates: expansion and borrowing admitted only when the gain beats the switch cost."""
+
+import math
+
+import pytest
+
+from pearl.control.gates import SwitchCosts, SwitchCostTracker, borrow_gate, expansion_gate
+
+
+def test_defaults_are_the_papers_measured_costs():
+    costs = SwitchCostTracker()
+    assert 56 + 11 <= costs.expansion_cost_s() <= 67 + 18
+    assert costs.borrow_cost_s() == pytest.approx(6.0 + 3.8)
+
+
+def test_ema_per_book_with_fallback():
+    costs = SwitchCostTracker(alpha=0.5)
+    costs.observe("activation", 10.0, borrowing=True)
+    costs.observe("activation", 4.0, borrowing=True)
+    assert costs.cost("activation", borrowing=True) == pytest.approx(7.0)  # 0.5*4 + 0.5*10
+    # the other book has no measurement yet: it falls back to this one, not the default
+    assert costs.cost("activation", borrowing=False) == pytest.approx(7.0)
+    costs.observe("activation", 1.0, borrowing=False)
+    assert costs.cost("activation", borrowing=False) == 1.0
+    assert costs.cost("activation", borrowing=True) == pytest.approx(7.0)
+    assert costs.num_observed("activation", borrowing=True) == 2
+    assert costs.cost("deactivation", borrowing=True) == SwitchCosts().deactivation_s
+
+
+def test_bad_observations_rejected():
+    costs = SwitchCostTracker()
+    with pytest.raises(ValueError):
+        costs.observe("teleport", 1.0, borrowing=False)
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ValueError):
+            costs.observe("activation", bad, borrowing=False)
+
+
+def test_expansion_gate_hand_computed():
+    """10% saving over a 1,000 s window = 100 s > 76 s; over 600 s = 60 s < 76 s."""
+    costs = SwitchCostTracker()
+    yes = expansion_gate(200.0, 180.0, 1000.0, costs)
+    assert yes.admit and yes.gain_s == pytest.approx(100.0) and yes.cost_s == pytest.approx(76.0)
+    no = expansion_gate(200.0, 180.0, 600.0, costs)
+    assert not no.admit and no.gain_s == pytest.approx(60.0)
+    default = expansion_gate(200.0, 180.0, None, costs, default_window_s=1000.0)
+    assert default.admit and "window 1000" in default.reason
+
+
+def test_expansion_gate_uses_the_borrowing_book():
+    costs = SwitchCostTracker(alpha=1.0)
+    costs.observe("expansion_prep", 200.0, borrowing=True)
+    costs.observe("expansion_prep", 20.0, borrowing=False)
+    assert expansion_gate(200.0, 180.0, 1000.0, costs, borrowing=False).admit
+    assert not expansion_gate(200.0, 180.0, 1000.0, costs, borrowing=True).admit
+
+
+def test_expansion_gate_with_nothing_running_now():
+    assert expansion_gate(math.inf, 300.0, 10.0, SwitchCostTracker()).admit
+    assert not expansion_gate(math.inf, math.inf, 10.0, SwitchCostTracker()).admit
+
+
+def test_borrow_gate_hand_computed():
+    costs = SwitchCostTracker()
+    yes = borrow_gate(216.0, 190.0, costs)
+    assert yes.admit and yes.gain_s == pytest.approx(26.0) and yes.cost_s == pytest.approx(9.8)
+    assert not borrow_gate(216.0, 210.0, costs).admit
+    # GPUs idle for 54 s of a 216 s step: a quarter of the 26 s saving = 6.5 s < 9.8 s
+    short = borrow_gate(216.0, 190.0, costs, idle_window_s=54.0)
+    assert not short.admit and short.gain_s == pytest.approx(6.5)
+    assert not borrow_gate(216.0, 230.0, costs).admit  # a slower config gains nothing
