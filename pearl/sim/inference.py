@@ -124,10 +124,13 @@ class InferenceWorker:
 
     # -- driving ---------------------------------------------------------------------------
 
-    def submit(self, request: Request, now_s: float) -> None:
+    def submit(self, request: Request, now_s: float, *, kv_ready: bool | None = None) -> None:
         """Queue one turn at now_s; it joins the first iteration that starts at or after now_s.
 
-        Raises ValueError if the request could never fit in this worker's KV pool.
+        `kv_ready`: the request's KV (context + generated tokens) has been transferred here,
+        so it only decodes; default: true on a decode worker, false otherwise (a colocated
+        worker may also receive a transferred KV: pass True). Raises ValueError if the
+        request could never fit in this worker's KV pool.
         """
         remaining = request.decode_tokens - request.generated_tokens
         if request.prompt_tokens + remaining + self._watermark + 1 > self.kv_capacity_tokens:
@@ -136,7 +139,8 @@ class InferenceWorker:
                 f"exceeds KV capacity {self.kv_capacity_tokens}"
             )
         self._advance_to(now_s)
-        seq = Seq(request, now_s, prefilled=self.role == Role.DECODE)
+        ready = self.role == Role.DECODE if kv_ready is None else kv_ready
+        seq = Seq(request, now_s, prefilled=ready)
         self._waiting.append(seq)
         seg = self._seg
         if seg is not None and seg.is_decode_stretch and seg.start_s < now_s < seg.end_s:
@@ -149,6 +153,10 @@ class InferenceWorker:
         return done
 
     def next_change_time_s(self) -> float:
+        """When to call `advance` next (math.inf: idle). Completions buffered by a late
+        `submit` or `interrupt_all` make it the time of the first of them (<= now)."""
+        if self._done:
+            return self._done[0].t_end_s
         if self._seg is None and self._has_work():
             self._compose()
         return self._seg.end_s if self._seg is not None else math.inf

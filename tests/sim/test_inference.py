@@ -471,3 +471,23 @@ def test_kv_pressure_invariants(reqs, cap, role):
         if c.num_preemptions:
             assert c.new_prefill_tokens > 0
     assert w.kv_used_tokens == 0
+
+
+def test_transferred_kv_can_land_on_a_colocated_worker():
+    """kv_ready=True: a colocated worker decodes a transferred request without prefill."""
+    w = InferenceWorker("w", toy())
+    w.submit(Request(1, 0, 2000, 20, generated_tokens=1), 0.0, kv_ready=True)
+    [c] = run(w, [])
+    assert c.new_prefill_tokens == 0 and c.t_prefill_start_s is None and c.decode_steps == 19
+
+
+def test_late_submit_buffers_completions_and_reports_them_next():
+    """A submit after a completion's time (without advance) keeps that completion for the
+    next advance, and next_change_time_s points at it."""
+    w2 = InferenceWorker("w2", toy())
+    w2.submit(Request(1, 0, 1000, 5), 0.0)
+    t_done = run(InferenceWorker("w3", toy()), [(0.0, Request(1, 0, 1000, 5))])[0].t_end_s
+    w2.submit(Request(2, 0, 500, 5), t_done + 1.0)  # no advance in between
+    assert w2.next_change_time_s() == pytest.approx(t_done)
+    [c] = w2.advance(t_done + 1.0)
+    assert c.traj_id == 1 and c.t_end_s == pytest.approx(t_done)
