@@ -38,6 +38,9 @@ def _register() -> None:
     from pearl.cli import simulate_cmd
 
     simulate_cmd.register(app)
+    from pearl.cli import validate_cmd
+
+    validate_cmd.register(app)
     from pearl.cli import env_cmd
 
     env_cmd.register(app)

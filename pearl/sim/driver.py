@@ -75,15 +75,22 @@ class Driver:
         self.keep_commands = keep_commands
         self.log = DriverLog()
 
-    def run(self, until_s: float, progress: Callable[[float], None] | None = None) -> DriverLog:
-        """Simulate [now, until_s]; `progress(now_s)` is called about every simulated minute."""
+    def run(
+        self,
+        until_s: float,
+        progress: Callable[[float], None] | None = None,
+        *,
+        stop: Callable[[], bool] | None = None,
+    ) -> DriverLog:
+        """Simulate [now, until_s]; `progress(now_s)` is called about every simulated minute;
+        `stop()` (checked after each entry) ends the run early when it returns True."""
         core = self.world.core
         self.world.start()
         self._dispatch()
         next_progress = 60.0
         while True:
             t = core.peek_time_s()
-            if t is None or t > until_s:
+            if t is None or t > until_s or (stop is not None and stop()):
                 break
             handle = core.pop()
             handle.payload()

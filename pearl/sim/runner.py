@@ -131,17 +131,17 @@ def _group_size(batch: int) -> int:
 
 def build(
     cfg: SimConfig,
-    name: str,
+    name: str | Any,
     *,
     actions: list[TraceAction] | None = None,
     keep_history: bool = True,
 ) -> tuple[World, Any, Driver, float]:
-    """A fresh world, controller and driver for policy `name` (and the run's duration).
-
-    `actions` replaces the config's trace timeline (tests script their own GPU changes).
+    """A fresh world, controller and driver for policy `name` (a name or a Policy object),
+    and the run's duration. `actions` replaces the config's trace timeline (tests script
+    their own GPU changes).
     """
     trace_acts, duration, _ = trace_actions(cfg)
-    policy = make_policy(name)
+    policy = make_policy(name) if isinstance(name, str) else name
     static = cfg.trace.static_gpus is not None
     world = World(cfg, trace_acts if actions is None else actions, borrowing=not static)
     controller = _controller_class(cfg.check_every)(

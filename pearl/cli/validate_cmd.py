@@ -1,0 +1,108 @@
+"""`pearl validate`: the decision engine's predicted makespans against the simulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pearl.cli.common import console, err_console, guarded, print_json
+from pearl.errors import InputError
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(
+            "<argument>", f"'{text}' is not a list of integers", field=option
+        ) from None
+    if not values or min(values) < 1:
+        raise InputError("<argument>", "needs integers >= 1", field=option)
+    return values
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("validate")
+    @guarded
+    def validate(
+        model: str = typer.Option("qwen3-8b", "--model", help="qwen3-8b or qwen3-30b-a3b."),
+        gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU type."),
+        budgets: str = typer.Option("4,8,12", "--budgets", help="GPU budgets of the grid."),
+        batches: str = typer.Option("32,64", "--batches", help="Batch sizes of the grid."),
+        steps: int = typer.Option(2, "--steps", min=1, help="Rollout steps per grid point."),
+        seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """Predicted vs simulated makespan over a grid; is the chosen config the best?"""
+        from pydantic import ValidationError
+
+        from pearl.sim.config import SimConfig
+        from pearl.sim.validate import validate as run_validation
+
+        try:
+            cfg = SimConfig().with_updates(
+                **{"cluster.model": model, "cluster.gpu": gpu, "seed": seed}
+            )
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise InputError("<argument>", first["msg"], field=str(first["loc"][-1])) from None
+        _check_names(model, gpu)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as bar:
+            task: dict[str, Any] = {}
+
+            def on_progress(name: str, done: float, total: float) -> None:
+                if "id" not in task:
+                    task["id"] = bar.add_task(name, total=total)
+                bar.update(task["id"], completed=done)
+
+            result = run_validation(
+                cfg,
+                budgets=_ints(budgets, "--budgets"),
+                batches=_ints(batches, "--batches"),
+                num_steps=steps,
+                progress=on_progress,
+            )
+        doc = result.to_json()
+        if as_json:
+            print_json(doc)
+            return
+        table = Table("GPUs", "batch", "config", "simulated s", "predicted s", "error")
+        for p in doc["points"]:
+            table.add_row(
+                str(p["num_gpus"]),
+                str(p["batch_size"]),
+                p["config"],
+                f"{p['simulated_s']:.1f}",
+                f"{p['predicted_s']:.1f}",
+                f"{100 * p['rel_error']:.1f}%",
+            )
+        console.print(table)
+        console.print(
+            f"median error {100 * doc['median_rel_error']:.1f}%, p90 {100 * doc['p90_rel_error']:.1f}%;"
+            f" chosen within 1% of best in {100 * (doc['choice_within_1pct'] or 0):.0f}% of cases"
+        )
+
+
+def _check_names(model: str, gpu: str) -> None:
+    from pearl.specs import gpu_specs, model_specs
+
+    if model not in model_specs():
+        raise InputError(
+            "<argument>",
+            f"unknown model '{model}' (known: {', '.join(model_specs())})",
+            field="--model",
+        )
+    if gpu not in gpu_specs():
+        raise InputError(
+            "<argument>", f"unknown GPU '{gpu}' (known: {', '.join(gpu_specs())})", field="--gpu"
+        )

@@ -1,0 +1,197 @@
+"""The decision engine against the simulator (issue 5, item 7: `pearl validate`).
+
+1. Profile: the runtime tracker (`pearl.control.tracker`) learns a `WorkloadProfile` from the
+   telemetry of two short profiling runs (one colocated, one disaggregated, so that KV
+   transfer is observed), exactly as it would from a real run.
+2. Grid: for each budget N and batch B, every configuration (colocated, and every P:D split
+   with P + D = N) is simulated with one rollout batch in flight (so a batch's makespan is
+   its own, not shared with the next batch) for `num_steps` steps; the simulated makespan
+   is their mean. The engine predicts the same configuration from the profile.
+3. Figures: relative error |predicted - simulated| / simulated over the grid (median, p90),
+   and for each (N, B) whether the engine's chosen configuration is within 1% of the best
+   simulated one (brute force).
+
+The simulator is the ground truth here; the engine's models are coarser on purpose
+(DESIGN.md). Nothing here tunes either of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pearl.control.plan import PDConfig
+from pearl.sim.config import SimConfig
+from pearl.sim.runner import build, make_policy
+
+Progress = Callable[[str, float, float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class GridPoint:
+    num_gpus: int
+    batch_size: int
+    config: str
+    simulated_s: float
+    predicted_s: float
+    feasible: bool
+
+    @property
+    def rel_error(self) -> float:
+        return abs(self.predicted_s - self.simulated_s) / self.simulated_s
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "num_gpus": self.num_gpus,
+            "batch_size": self.batch_size,
+            "config": self.config,
+            "simulated_s": round(self.simulated_s, 2),
+            "predicted_s": round(self.predicted_s, 2),
+            "rel_error": round(self.rel_error, 4),
+            "feasible": self.feasible,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceCheck:
+    num_gpus: int
+    batch_size: int
+    chosen: str
+    best: str
+    chosen_s: float
+    best_s: float
+
+    @property
+    def within_1pct(self) -> bool:
+        return self.chosen_s <= 1.01 * self.best_s
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "num_gpus": self.num_gpus,
+            "batch_size": self.batch_size,
+            "chosen": self.chosen,
+            "best": self.best,
+            "chosen_simulated_s": round(self.chosen_s, 2),
+            "best_simulated_s": round(self.best_s, 2),
+            "within_1pct": self.within_1pct,
+        }
+
+
+@dataclass(frozen=True)
+class Validation:
+    points: tuple[GridPoint, ...]
+    choices: tuple[ChoiceCheck, ...]
+
+    def to_json(self) -> dict[str, object]:
+        errs = np.array([p.rel_error for p in self.points]) if self.points else np.zeros(1)
+        within = [c.within_1pct for c in self.choices]
+        return {
+            "num_points": len(self.points),
+            "median_rel_error": round(float(np.median(errs)), 4),
+            "p90_rel_error": round(float(np.percentile(errs, 90)), 4),
+            "choice_within_1pct": round(sum(within) / len(within), 4) if within else None,
+            "points": [p.to_json() for p in self.points],
+            "choices": [c.to_json() for c in self.choices],
+        }
+
+
+def configs_for(num_gpus: int) -> list[PDConfig]:
+    """Colocated and every P:D split on `num_gpus` single-GPU workers."""
+    out = [PDConfig.colocated(num_gpus)]
+    out += [PDConfig.disaggregated(p, num_gpus - p) for p in range(1, num_gpus)]
+    return out
+
+
+def _policy_for(config: PDConfig) -> object:
+    name = (
+        "fixed:colocated"
+        if config.is_colocated
+        else f"fixed:disagg:{config.num_prefill}:{config.num_decode}"
+    )
+    return dataclasses.replace(make_policy(name), max_batches_in_flight=1)
+
+
+def simulate_makespans(
+    cfg: SimConfig, config: PDConfig, *, num_steps: int, max_time_s: float = 7200.0
+) -> tuple[list[float], list[tuple[tuple, tuple]]]:
+    """Makespans of the first `num_steps` rollout steps of a static `config` (one batch in
+    flight), and each step's telemetry (turns, worker steps)."""
+    n = config.num_workers * cfg.cluster.gpus_per_worker
+    scfg = cfg.with_updates(**{"trace.static_gpus": n, "trace.duration_s": max_time_s})
+    world, _, driver, duration = build(scfg, _policy_for(config), keep_history=False)
+    driver.run(duration, stop=lambda: len(world.stats.makespans_s) >= num_steps)
+    steps: dict[int, tuple[list, list]] = {}
+    for r in world.finished_turns:
+        steps.setdefault(r.step, ([], []))[0].append(r)
+    for r in world.finished_worker_steps:
+        steps.setdefault(r.step, ([], []))[1].append(r)
+    tel = [(tuple(t), tuple(w)) for _, (t, w) in sorted(steps.items())]
+    return list(world.stats.makespans_s), tel
+
+
+def learn_profile(cfg: SimConfig, *, num_gpus: int = 4, num_steps: int = 2) -> object:
+    """A profile learned by the runtime tracker from simulated telemetry."""
+    from pearl.control.profile import HardwarePrior
+    from pearl.control.tracker import RuntimeTracker
+    from pearl.specs import get_gpu, get_model
+
+    prior = HardwarePrior.from_specs(
+        get_model(cfg.cluster.model),
+        get_gpu(cfg.cluster.gpu),
+        gpus_per_worker=cfg.cluster.gpus_per_worker,
+    )
+    tracker = RuntimeTracker(prior)
+    half = max(1, num_gpus // 2)
+    for config in (PDConfig.colocated(num_gpus), PDConfig.disaggregated(half, num_gpus - half)):
+        _, tel = simulate_makespans(cfg, config, num_steps=num_steps)
+        for turns, worker_steps in tel:
+            tracker.observe_step(turns, worker_steps)
+    return tracker.profile
+
+
+def validate(
+    cfg: SimConfig,
+    *,
+    budgets: tuple[int, ...] = (4, 8, 12),
+    batches: tuple[int, ...] = (32, 64),
+    num_steps: int = 2,
+    progress: Progress | None = None,
+) -> Validation:
+    """Predicted vs simulated makespans over the grid; see the module docstring."""
+    from pearl.control.decision import DecisionEngine
+    from pearl.control.makespan import predict
+
+    gpw = cfg.cluster.gpus_per_worker
+    profile = learn_profile(cfg, num_gpus=min(budgets), num_steps=num_steps)
+    engine = DecisionEngine()
+    points: list[GridPoint] = []
+    choices: list[ChoiceCheck] = []
+    total = sum(len(configs_for(n)) for n in budgets) * len(batches)
+    done = 0
+    for batch in batches:
+        bcfg = cfg.with_updates(**{"rollout.batch_size": batch})
+        for n in budgets:
+            simulated: dict[str, float] = {}
+            for config in configs_for(n):
+                spans, _ = simulate_makespans(bcfg, config, num_steps=num_steps)
+                done += 1
+                if progress is not None:
+                    progress("validate", done, total)
+                if not spans:
+                    continue
+                sim_s = float(np.mean(spans))
+                pred = predict(config, profile, batch, num_gpus_per_worker=gpw)
+                simulated[str(config)] = sim_s
+                points.append(
+                    GridPoint(n, batch, str(config), sim_s, pred.makespan_s, pred.feasible)
+                )
+            if not simulated:
+                continue
+            chosen = str(engine.decide(profile, n // gpw, batch).chosen)
+            best = min(simulated, key=lambda k: simulated[k])
+            chosen_s = simulated.get(chosen, float("inf"))
+            choices.append(ChoiceCheck(n, batch, chosen, best, chosen_s, simulated[best]))
+    return Validation(tuple(points), tuple(choices))
