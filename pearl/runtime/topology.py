@@ -144,7 +144,7 @@ def reclaim_notices(
     by_id = {n.get("NodeID"): n for n in nodes}
     for node_id, deadline_ms in sorted(draining.items()):
         node = by_id.get(node_id)
-        if node is None or not deadline_ms:
+        if node is None or not node.get("Alive", False) or not deadline_ms:
             continue
         resources = node.get("Resources", {}) or {}
         labels = node.get("Labels", {}) or {}
@@ -172,6 +172,85 @@ def gpu_changes(
     joined = tuple(g for gid, g in sorted(new.items()) if gid not in old)
     gone = tuple(gid for gid in sorted(old) if gid not in new)
     return joined, gone
+
+
+@dataclass(frozen=True)
+class WatchState:
+    """What a `ClusterWatcher` has already reported: live GPUs and noticed node ids."""
+
+    gpus: tuple[Gpu, ...] = ()
+    noticed: frozenset[str] = frozenset()
+
+
+def watch_step(
+    prev: WatchState,
+    gpus: tuple[Gpu, ...],
+    reclaims: tuple[NodeReclaim, ...],
+    *,
+    now_s: float,
+    now_unix_s: float,
+    zones_offered: tuple[Zone, ...] = (Zone.PREEMPTIBLE,),
+) -> tuple[WatchState, list[Any]]:
+    """Compare one reading of the cluster with the last; return the controller events.
+
+    Pure: `gpus` is a `discover_gpus()` reading, `reclaims` a `reclaim_notices()` reading,
+    `now_s` the caller's clock and `now_unix_s` wall time (a deadline converts as
+    `now_s + deadline_unix_s - now_unix_s`). Events, in this order: `ReclaimNotice` once per
+    newly draining node (for its GPUs still live), `GpusGone` for GPUs that left,
+    `GpusOffered` for GPUs that joined in `zones_offered` (dedicated and training GPUs are
+    configured, not offered). A node that drains and leaves between two readings yields
+    only `GpusGone`.
+    """
+    from pearl.control.events import GpusGone, GpusOffered, ReclaimNotice
+
+    events: list[Any] = []
+    live = {g.gpu_id for g in gpus}
+    noticed = set(prev.noticed)
+    for r in reclaims:
+        ids = tuple(g for g in r.gpu_ids if g in live)
+        if r.node_id in noticed or not ids:
+            continue
+        noticed.add(r.node_id)
+        deadline_s = now_s + max(0.0, r.deadline_unix_s - now_unix_s)
+        events.append(ReclaimNotice(now_s, ids, deadline_s))
+    joined, gone = gpu_changes(prev.gpus, gpus)
+    if gone:
+        events.append(GpusGone(now_s, gone))
+    offered = tuple(g for g in joined if g.zone in zones_offered)
+    if offered:
+        events.append(GpusOffered(now_s, offered))
+    draining_now = {r.node_id for r in reclaims}
+    return WatchState(tuple(gpus), frozenset(noticed & draining_now)), events
+
+
+class ClusterWatcher:
+    """Turns the live Ray cluster into controller events by polling (`poll(now_s)`).
+
+    The same code serves a cloud autoscaler (nodes drained on preemption, then gone) and
+    the local trace player. The first poll reports the GPUs already there as offered.
+    """
+
+    def __init__(self, zones_offered: tuple[Zone, ...] = (Zone.PREEMPTIBLE,)) -> None:
+        self.state = WatchState()
+        self.zones_offered = zones_offered
+
+    def poll(self, now_s: float) -> list[Any]:
+        nodes = _ray_nodes()
+        self.state, events = watch_step(
+            self.state,
+            discover_gpus(nodes),
+            reclaim_notices(nodes=nodes),
+            now_s=now_s,
+            now_unix_s=time.time(),
+            zones_offered=self.zones_offered,
+        )
+        return events
+
+
+def _ray_nodes() -> list[Mapping[str, Any]]:
+    import ray
+
+    return ray.nodes()
 
 
 class LocalCluster:

@@ -244,7 +244,11 @@ def actors(cluster):
     handles = {"a": _start("a", "prefill", "d0"), "b": _start("b", "decode", "p0")}
     handles["c"] = _start("c", "colocated", "d1")
     handles["n"] = _start("n", "colocated", "p1")  # new: not admitted until it syncs
-    ray.get([h.ready.remote() for h in handles.values()])
+    from pearl.runtime.snapshots import get_registry
+
+    handles["registry"] = get_registry()
+    ray.get([h.ready.remote() for k, h in handles.items() if k != "registry"])
+    ray.get(handles["registry"].versions.remote())
     return handles
 
 
@@ -274,7 +278,7 @@ def test_ray_role_change_in_flight_and_weight_snapshot(actors) -> None:
     """An actor changes role while serving (none lost), then pulls a new weight version."""
     import ray
 
-    from pearl.runtime.snapshots import fetch_weights, get_registry, publish_weights
+    from pearl.runtime.snapshots import fetch_weights, publish_weights
 
     w = actors["c"]
     sampling = SamplingParams(temperature=0.0, max_new_tokens=40)
@@ -290,7 +294,7 @@ def test_ray_role_change_in_flight_and_weight_snapshot(actors) -> None:
     assert [r.token_ids for r in results] == _reference(prompts, sampling)
     # Weight snapshot: publish v1 (another seed's weights), the worker pulls it.
     ray.get(w.set_role.remote("colocated"))
-    registry = get_registry()
+    registry = actors["registry"]
     new_weights = EngineSpec(seed=11).build().state_dict()
     snap = publish_weights(registry, new_weights, 1, metadata={"step": 1}, shard_bytes=64 * 1024)
     assert len(snap.shards) > 1 and ray.get(registry.versions.remote()) == [1]
