@@ -1,0 +1,134 @@
+"""`pearl run` with a stand-in driver: config errors, overrides, --resume, --json, run dirs."""
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import pearl.runtime
+from pearl.cli.main import app
+from pearl.runtime.live import LiveView
+from pearl.runtime.run_config import RunConfig, dump_run_config
+from pearl.runtime.rundir import RunRecorder
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Replace pearl.runtime.driver with a stand-in that records its calls and writes a run."""
+    seen: list[dict] = []
+
+    def run(cfg, *, out_dir, resume, live):
+        seen.append({"cfg": cfg, "out_dir": Path(out_dir), "resume": resume, "live": live})
+        rec = (
+            RunRecorder.open_existing(out_dir)
+            if resume
+            else RunRecorder(out_dir, dump_run_config(cfg))
+        )
+        with LiveView(enabled=live) as view:
+            for step in range(cfg.trainer.num_steps):
+                rec.record_step(step, {"reward_mean": 0.1 * step, "trajectories": 4})
+                view.update(
+                    step=step + 1, num_steps=cfg.trainer.num_steps, reward=0.1 * step,
+                    trajectories_done=4, batch_size=4, gpus_by_zone_role={}, last_decision="-",
+                    events=[],
+                )  # fmt: skip
+        report = rec.finish({"steps": cfg.trainer.num_steps})
+        return {"steps": cfg.trainer.num_steps, "report": str(report)}
+
+    fake = types.ModuleType("pearl.runtime.driver")
+    fake.run = run
+    monkeypatch.setitem(sys.modules, "pearl.runtime.driver", fake)
+    monkeypatch.setattr(pearl.runtime, "driver", fake, raising=False)
+    return seen
+
+
+def _config(tmp_path: Path, text: str = "trainer: {num_steps: 2}\n") -> Path:
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text)
+    return p
+
+
+def _fails(args: list[str]) -> str:
+    res = runner.invoke(app, ["run", *args])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+    return res.output
+
+
+def test_config_errors_name_file_and_field(tmp_path, calls):
+    out = _fails([str(_config(tmp_path, "rollout: {batch_size: 6, group_size: 4}\n"))])
+    assert "cfg.yaml" in out and "rollout" in out and "multiple of group_size" in out
+    out = _fails([str(_config(tmp_path, "trainer: {num_steps: 0}\n"))])
+    assert "cfg.yaml" in out and "'trainer.num_steps'" in out
+    out = _fails([str(_config(tmp_path, "cluster: {bogus: 1}\n"))])
+    assert "'cluster.bogus'" in out
+    out = _fails([str(_config(tmp_path, "seed: [1\n"))])
+    assert "cfg.yaml:line" in out
+    out = _fails([str(tmp_path / "missing.yaml")])
+    assert "missing.yaml" in out and "not found" in out
+    assert calls == []
+
+
+def test_bad_arguments_exit_2(tmp_path, calls):
+    cfg = str(_config(tmp_path))
+    assert "--steps" in _fails([cfg, "--steps", "0", "--out", str(tmp_path / "a")])
+    assert "CONFIG" in _fails([])
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "x").write_text("")
+    assert "not empty" in _fails([cfg, "--out", str(junk)])
+    assert "not a run directory" in _fails(["--resume", str(junk)])
+    assert "--resume" in _fails([cfg, "--resume", str(junk)])
+    assert calls == []
+
+
+def test_runs_with_overrides_and_prints_one_json_document(tmp_path, calls):
+    out = tmp_path / "run"
+    args = [str(_config(tmp_path)), "--out", str(out), "--address", "auto", "--steps", "3"]
+    res = runner.invoke(app, ["run", *args, "--no-live", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    (call,) = calls
+    assert isinstance(call["cfg"], RunConfig)
+    assert call["cfg"].cluster.address == "auto" and call["cfg"].trainer.num_steps == 3
+    assert call["out_dir"] == out and call["resume"] is False and call["live"] is False
+    assert doc["out_dir"] == str(out) and Path(doc["report"]) == out / "report.md"
+    assert (out / "report.md").is_file() and doc["steps"] == 3
+
+
+def test_resume_continues_in_the_run_directory_with_its_config(tmp_path, calls):
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", str(_config(tmp_path)), "--out", str(out), "--no-live"])
+    assert res.exit_code == 0, res.output
+    assert str(out / "report.md") in res.stdout
+    res = runner.invoke(app, ["run", "--resume", str(out), "--steps", "4", "--no-live", "--json"])
+    assert res.exit_code == 0, res.output
+    assert [c["resume"] for c in calls] == [False, True]
+    assert calls[1]["out_dir"] == out and calls[1]["cfg"].trainer.num_steps == 4
+    assert json.loads(res.stdout)["steps"] == 4
+
+
+def test_default_out_dir_is_a_timestamp_under_runs(tmp_path, calls, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = str(_config(tmp_path))
+    for _ in range(2):
+        res = runner.invoke(app, ["run", cfg, "--no-live", "--json"])
+        assert res.exit_code == 0, res.output
+    dirs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(dirs) == 2 and all(d[:8].isdigit() and d[8] == "-" for d in dirs)
+    assert [c["out_dir"].parent for c in calls] == [Path("runs"), Path("runs")]
+
+
+def test_pearl_help_does_not_import_ray():
+    code = "import sys, pearl.cli.main; print('ray' in sys.modules)"
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "False", res.stderr
