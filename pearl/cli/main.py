@@ -41,6 +41,9 @@ def _register() -> None:
     from pearl.cli import validate_cmd
 
     validate_cmd.register(app)
+    from pearl.cli import experiment_cmd
+
+    experiment_cmd.register(app)
     from pearl.cli import env_cmd
 
     env_cmd.register(app)

@@ -124,6 +124,11 @@ class TraceConfig(_Model):
     duration_s: float | None = Field(
         None, gt=0, description="Simulated time; None runs the whole trace (7200 s if static)."
     )
+    borrowing: bool | None = Field(
+        None,
+        description="Offer idle training GPUs to the controller; None: yes with a trace, "
+        "no with a static budget.",
+    )
 
 
 class RolloutConfig(_Model):

@@ -143,14 +143,15 @@ def build(
     trace_acts, duration, _ = trace_actions(cfg)
     policy = make_policy(name) if isinstance(name, str) else name
     static = cfg.trace.static_gpus is not None
-    world = World(cfg, trace_acts if actions is None else actions, borrowing=not static)
+    borrowing = not static if cfg.trace.borrowing is None else cfg.trace.borrowing
+    world = World(cfg, trace_acts if actions is None else actions, borrowing=borrowing)
     controller = _controller_class(cfg.check_every)(
         policy,
         state=ClusterState(gpus=world.dedicated),
         batch_size=cfg.rollout.batch_size,
         group_size=_group_size(cfg.rollout.batch_size),
         gpus_per_worker=cfg.cluster.gpus_per_worker,
-        training_gpus=() if static else world.training_gpus,
+        training_gpus=world.training_gpus if borrowing else (),
         advisor=make_advisor(policy, cfg),
     )
     return world, controller, Driver(world, controller, keep_history=keep_history), duration
@@ -293,7 +294,7 @@ def bound_for(cfg: SimConfig, actions: list[TraceAction], duration_s: float) -> 
         num_training_gpus=cfg.cluster.num_training_gpus,
         train_step_s=step_s,
         batch_size=cfg.rollout.batch_size,
-        borrowing=not static,
+        borrowing=(not static) if cfg.trace.borrowing is None else cfg.trace.borrowing,
         max_staleness=cfg.trainer.max_staleness,
     )
 

@@ -1,0 +1,97 @@
+"""`pearl experiment e2e|ablation|sensitivity|ratio`: the paper's evaluation, simulated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markdown import Markdown
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pearl.cli.common import console, err_console, guarded, print_json
+from pearl.errors import InputError
+
+NAMES = ("e2e", "ablation", "sensitivity", "ratio")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("experiment")
+    @guarded
+    def experiment(
+        name: str = typer.Argument(..., help="e2e, ablation, sensitivity or ratio."),
+        out: Path = typer.Option(None, "--out", help="Write results.md, results.json, PNGs."),
+        batch: int = typer.Option(None, "--batch", help="Rollout batch size (64)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
+        duration: float = typer.Option(
+            None, "--duration", help="Simulated seconds per run (default: the experiment's)."
+        ),
+        quick: bool = typer.Option(
+            False, "--quick", help="A much smaller grid and shorter runs (smoke test, demo)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """Run one of the paper's experiments in the simulator; print a markdown table."""
+        from pydantic import ValidationError
+
+        from pearl.sim.config import SimConfig
+        from pearl.sim.experiments import EXPERIMENTS, quick_kwargs
+
+        if name not in EXPERIMENTS:
+            raise InputError(
+                "<argument>",
+                f"unknown experiment '{name}' (one of {', '.join(NAMES)})",
+                field="NAME",
+            )
+        updates: dict[str, Any] = {"seed": seed}
+        if batch is not None:
+            updates["rollout.batch_size"] = batch
+        elif quick:
+            updates["rollout.batch_size"] = 16
+        kwargs = quick_kwargs(name) if quick else {}
+        if name == "e2e":
+            if duration is not None or quick:
+                updates["trace.duration_s"] = duration or 400.0
+        elif name in ("ablation", "sensitivity") and duration is not None:
+            kwargs["duration_s"] = duration
+        try:
+            cfg = SimConfig().with_updates(**updates)
+        except ValidationError as err:
+            first = err.errors()[0]
+            field = ".".join(map(str, first["loc"]))
+            raise InputError("<argument>", first["msg"], field=field) from None
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as bar:
+            tasks: dict[str, Any] = {}
+
+            def on_progress(label: str, done: float, total: float) -> None:
+                if label not in tasks:
+                    tasks[label] = bar.add_task(label, total=total)
+                bar.update(tasks[label], completed=min(done, total), total=total)
+
+            result = EXPERIMENTS[name](cfg, progress=on_progress, **kwargs)
+        files: list[str] = []
+        if out is not None:
+            files = [str(p) for p in result.write(out)]
+            if result.timeline is not None:
+                from pearl.report.timeline import plot_timeline, segments
+
+                title, history, end_s = result.timeline
+                if history:
+                    png = plot_timeline(
+                        segments(history, end_s), out / "timeline.png", title=f"GPU roles: {title}"
+                    )
+                    files.append(str(png))
+        if as_json:
+            doc = result.to_json()
+            doc["files"] = files
+            print_json(doc)
+            return
+        console.print(Markdown(result.markdown()))
+        if files:
+            console.print("written: " + ", ".join(files))

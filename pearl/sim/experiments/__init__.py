@@ -1,0 +1,40 @@
+"""The paper's evaluation, simulated: `e2e`, `ablation`, `sensitivity`, `ratio`.
+
+Each module has `run(cfg, ..., progress=None) -> ExperimentResult` (a markdown table, bar
+plots, and for some a role timeline of one run). `quick_kwargs(name)` shrinks an experiment
+for smoke tests and demos.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pearl.sim.experiments import ablation, e2e, ratio, sensitivity
+from pearl.sim.experiments.common import BarPlot, ExperimentResult
+
+EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
+    "e2e": e2e.run,
+    "ablation": ablation.run,
+    "sensitivity": sensitivity.run,
+    "ratio": ratio.run,
+}
+
+QUICK: dict[str, dict[str, Any]] = {
+    "e2e": {"models": ("qwen3-8b",), "traces": ("seg1",), "with_bound": False},
+    "ablation": {"budgets": (2,), "duration_s": 400.0},
+    "sensitivity": {
+        "batches": (8,),
+        "max_lens": (16384,),
+        "policies": ("roll",),
+        "duration_s": 400.0,
+    },
+    "ratio": {"budgets": (2,), "borrowed": 1, "num_steps": 1},
+}
+
+
+def quick_kwargs(name: str) -> dict[str, Any]:
+    return dict(QUICK[name])
+
+
+__all__ = ["EXPERIMENTS", "BarPlot", "ExperimentResult", "quick_kwargs"]
