@@ -105,7 +105,7 @@ def plot_timeline(
     ax.legend(
         handles=[Patch(color=c, label=k) for k, c in COLORS.items()],
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.12),
+        bbox_to_anchor=(0.5, -0.18),
         ncol=7,
         fontsize=8,
         frameon=False,

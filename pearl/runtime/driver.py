@@ -173,6 +173,9 @@ class Driver:
         )
         self.player = self._trace_actions()
         pump = asyncio.get_running_loop().create_task(self.world.pump_env())
+        self.t0 = time.monotonic()  # the run's clock starts when the cluster is up
+        self._last_state = self.controller.state
+        self.recorder.record_state(self.now(), self._last_state)
         self.emit(ev.Started(self.now()))
         self._offer_training_idle()
         with LiveView(enabled=self.live_enabled) as self.live:
@@ -273,18 +276,18 @@ class Driver:
             a = self.player.pop(0)
             name = node_name(a.gpu_id)
             if a.kind == "add":
-                await asyncio.to_thread(self.cluster.add_node, name, Zone.PREEMPTIBLE, [a.gpu_id])
+                self.cluster.add_node(name, Zone.PREEMPTIBLE, [a.gpu_id])  # Ray needs the main thread
                 self.emit(ev.GpusOffered(self.now(), (Gpu(a.gpu_id, Zone.PREEMPTIBLE, name),)))
                 self.note("offer", f"trace: preemptible {a.gpu_id} joined")
             elif a.kind == "notice":
                 if name in self.cluster.node_names:
-                    await asyncio.to_thread(self.cluster.drain_node, name, max(0.0, a.deadline_s - self.now()))
+                    self.cluster.drain_node(name, max(0.0, a.deadline_s - self.now()))
                 deadline = self.now() + max(0.0, a.deadline_s - a.at_s)
                 self.emit(ev.ReclaimNotice(self.now(), (a.gpu_id,), deadline))
                 self.note("preemption", f"trace: {a.gpu_id} reclaimed at {deadline:.1f}s (notice)", gpus=[a.gpu_id])
             else:
                 if name in self.cluster.node_names:
-                    await asyncio.to_thread(self.cluster.remove_node, name)
+                    self.cluster.remove_node(name)
                 self.emit(ev.GpusGone(self.now(), (a.gpu_id,)))
                 self.note("preemption", f"trace: {a.gpu_id} gone (node removed)", gpus=[a.gpu_id])
 
