@@ -15,13 +15,16 @@ term (prefill work per worker, decode busy time and critical path all shrink or 
 feasibility only improves), so a config with fewer workers than the budget is never
 strictly better; property tests pin this (`tests/control/test_decision.py`).
 
-Scoring is vectorised over all splits, so 4,096 workers take a few milliseconds.
+Scoring is vectorised over all splits and the choice is made on the arrays; `Decision.
+candidates` is a `CandidateTable`, a read-only sequence that builds each `Candidate` on
+first access, so 4,096 workers take a few milliseconds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
 
 import numpy as np
 
@@ -73,15 +76,13 @@ class Decision:
     switch: bool
     forced: bool
     reason: str
-    candidates: tuple[Candidate, ...]
+    candidates: CandidateTable = field(compare=False)
     feasible: bool = True
     predicted_makespan_s: float = float("nan")
 
     def candidate(self, config: PDConfig) -> Candidate | None:
-        for c in self.candidates:
-            if c.config == config:
-                return c
-        return None
+        i = self.candidates.index_of(config)
+        return None if i is None else self.candidates[i]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +110,88 @@ def at_budget(config: PDConfig, num_workers: int) -> PDConfig | None:
     return PDConfig.disaggregated(p, num_workers - p)
 
 
+class CandidateTable(Sequence[Candidate]):
+    """Every scored config of one budget: colocated:N first (if scored), then
+    disaggregated:p:(N-p) for p = 1..N-1. Read-only; `Candidate`s are built on access."""
+
+    def __init__(
+        self,
+        num_workers: int,
+        blocks: list[tuple[str, dict[str, np.ndarray], np.ndarray, Callable[[int], str]]],
+    ) -> None:
+        self.num_workers = num_workers
+        self._blocks = blocks
+        empty = np.zeros(0)
+        self.makespans_s = np.concatenate([a["makespan_s"] for _, a, _, _ in blocks] or [empty])
+        self.feasible = np.concatenate([ok for _, _, ok, _ in blocks] or [empty]).astype(bool)
+        self._cache: dict[int, Candidate] = {}
+        self._lists: dict[int, dict[str, list[float]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.makespans_s)
+
+    @overload
+    def __getitem__(self, i: int) -> Candidate: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Candidate]: ...
+    def __getitem__(self, i: int | slice) -> Candidate | Sequence[Candidate]:
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(len(self))))
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i not in self._cache:
+            self._cache[i] = self._build(i)
+        return self._cache[i]
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return (self[i] for i in range(len(self)))
+
+    def mode_range(self, mode: str) -> range:
+        """Indices of the candidates of `mode` (empty if not scored)."""
+        start = 0
+        for m, arrays, _, _ in self._blocks:
+            n = len(arrays["makespan_s"])
+            if m == mode:
+                return range(start, start + n)
+            start += n
+        return range(0)
+
+    def config_at(self, i: int) -> PDConfig:
+        j = i
+        for mode, arrays, _, _ in self._blocks:
+            n = len(arrays["makespan_s"])
+            if j < n:
+                if mode == "colocated":
+                    return PDConfig.colocated(self.num_workers)
+                return PDConfig.disaggregated(j + 1, self.num_workers - j - 1)
+            j -= n
+        raise IndexError(i)
+
+    def index_of(self, config: PDConfig | None) -> int | None:
+        if config is None or config.num_workers != self.num_workers:
+            return None
+        r = self.mode_range(config.mode)
+        if not r:
+            return None
+        return r.start if config.is_colocated else r.start + config.num_prefill - 1
+
+    def _build(self, i: int) -> Candidate:
+        j = i
+        for b, (_, arrays, ok, why) in enumerate(self._blocks):
+            n = len(arrays["makespan_s"])
+            if j < n:
+                cols = self._lists.get(b)
+                if cols is None:  # one tolist() per block beats numpy scalar indexing
+                    cols = self._lists[b] = {k: v.tolist() for k, v in arrays.items()}
+                breakdown = {k: v[j] for k, v in cols.items() if k != "makespan_s"}
+                pred = Prediction(cols["makespan_s"][j], bool(ok[j]), why(j), breakdown)
+                return Candidate(self.config_at(i), pred)
+            j -= n
+        raise IndexError(i)
+
+
 class DecisionEngine:
     """Pure and deterministic: equal inputs give equal decisions."""
 
@@ -122,7 +205,7 @@ class DecisionEngine:
         batch: int,
         *,
         modes: tuple[str, ...] = MODES,
-    ) -> tuple[Candidate, ...]:
+    ) -> CandidateTable:
         """Every config of the budget in `modes`: colocated first, then p = 1..N-1."""
         if num_workers < 1:
             raise ValueError(f"the worker budget must be >= 1, got {num_workers}")
@@ -130,19 +213,16 @@ class DecisionEngine:
         if unknown:
             raise ValueError(f"unknown mode(s) {sorted(unknown)}; use {', '.join(MODES)}")
         w = workload(profile, batch, self.cfg.num_gpus_per_worker)
-        out: list[Candidate] = []
+        blocks: list[tuple[str, dict[str, np.ndarray], np.ndarray, Callable[[int], str]]] = []
         if "colocated" in modes:
             arr = colocated_arrays(w, np.array([float(num_workers)]))
-            ok, why = feasibility(w, "colocated")
-            out += _to_candidates([PDConfig.colocated(num_workers)], arr, ok, why)
+            blocks.append(("colocated", arr, *feasibility(w, "colocated")))
         if "disaggregated" in modes and num_workers >= 2:
             p = np.arange(1, num_workers, dtype=float)
             d = num_workers - p
             arr = disaggregated_arrays(w, p, d)
-            ok, why = feasibility(w, "disaggregated", d)
-            configs = [PDConfig.disaggregated(i, num_workers - i) for i in range(1, num_workers)]
-            out += _to_candidates(configs, arr, ok, why)
-        return tuple(out)
+            blocks.append(("disaggregated", arr, *feasibility(w, "disaggregated", d)))
+        return CandidateTable(num_workers, blocks)
 
     def decide(
         self,
@@ -156,71 +236,88 @@ class DecisionEngine:
     ) -> Decision:
         """Choose a config for `num_workers` workers (see module docstring).
 
-        `fixed` (a baseline with one fixed mode and ratio): score only that config,
-        rescaled to the budget, and choose it whether or not another would be better.
+        `fixed` (a baseline with one fixed mode and ratio): the config rescaled to the
+        budget is chosen whether or not another would be better; only it is scored.
         """
         cfg = self.cfg
         if fixed is not None:
-            target = at_budget(fixed, num_workers)
-            if target is None:
-                target = PDConfig.colocated(num_workers)
-            cands = tuple(
-                c
-                for c in self.candidates(profile, num_workers, batch, modes=(target.mode,))
-                if c.config == target
-            )
-            ok = cands[0].prediction.feasible
+            target = at_budget(fixed, num_workers) or PDConfig.colocated(num_workers)
+            table = self.candidates(profile, num_workers, batch, modes=(target.mode,))
+            only = table[table.index_of(target) or 0]
             return Decision(
                 target, current, target != current, False,
                 f"fixed configuration {fixed} at {num_workers} worker(s)",
-                cands, ok, cands[0].prediction.makespan_s,
+                _Single(num_workers, only), only.prediction.feasible,
+                only.prediction.makespan_s,
             )  # fmt: skip
-        cands = self.candidates(profile, num_workers, batch, modes=modes)
-        feasible = [c for c in cands if c.prediction.feasible]
+        table = self.candidates(profile, num_workers, batch, modes=modes)
+        m = np.where(table.feasible, table.makespans_s, np.inf)
         stay_cfg = None if current is None else at_budget(current, num_workers)
-        stay = next((c for c in cands if c.config == stay_cfg), None)
-        if not feasible:
-            pick = stay or cands[0]
+        i_stay = table.index_of(stay_cfg)
+        if not table.feasible.any():
+            pick = table[i_stay if i_stay is not None else 0]
             return Decision(
                 pick.config, current, pick.config != current, False,
                 f"no feasible configuration at {num_workers} worker(s): {pick.prediction.reason}",
-                cands, False, pick.prediction.makespan_s,
+                table, False, pick.prediction.makespan_s,
             )  # fmt: skip
-        best = min(feasible, key=_key)
+        # argmin takes the first minimum: colocated before splits, then fewer prefill workers.
+        i_best = int(np.argmin(m))
         if current is None:
-            return _decision(best, None, False, "no current configuration: best predicted", cands)
-        if stay is None or not stay.prediction.feasible:
+            return _decision(table, i_best, None, False, "no current configuration: best predicted")
+        if i_stay is None or not table.feasible[i_stay]:
             why = (
                 "current configuration is not available in the allowed modes/budget"
-                if stay is None
-                else f"current configuration infeasible ({stay.prediction.reason})"
+                if i_stay is None
+                else f"current configuration infeasible ({table[i_stay].prediction.reason})"
             )
-            return _decision(best, current, True, f"{why}: switch to best predicted", cands)
-        m_stay = stay.prediction.makespan_s
-        same = min((c for c in feasible if c.config.mode == stay.config.mode), key=_key)
-        if best.config.mode != stay.config.mode:
-            gain = _saving(m_stay, best.prediction.makespan_s)
+            return _decision(table, i_best, current, True, f"{why}: switch to best predicted")
+        m_stay = float(m[i_stay])
+        stay_mode = table.config_at(i_stay).mode
+        r = table.mode_range(stay_mode)
+        i_same = r.start + int(np.argmin(m[r.start : r.stop]))
+        if table.config_at(i_best).mode != stay_mode:
+            gain = _saving(m_stay, float(m[i_best]))
             if gain > cfg.mode_switch_threshold:
                 why = f"mode change saves {gain:.1%} > {cfg.mode_switch_threshold:.0%}"
-                return _decision(best, current, False, why, cands)
-        gain = _saving(m_stay, same.prediction.makespan_s)
-        if same.config != stay.config and gain > cfg.ratio_switch_threshold:
+                return _decision(table, i_best, current, False, why)
+        gain = _saving(m_stay, float(m[i_same]))
+        if i_same != i_stay and gain > cfg.ratio_switch_threshold:
             why = f"ratio change saves {gain:.1%} > {cfg.ratio_switch_threshold:.0%}"
-            return _decision(same, current, False, why, cands)
+            return _decision(table, i_same, current, False, why)
         why = "keep current configuration"
-        if best.config != stay.config:
+        if i_best != i_stay:
             why += (
-                f" (best {best.config} saves only "
-                f"{_saving(m_stay, best.prediction.makespan_s):.1%}, below threshold)"
+                f" (best {table.config_at(i_best)} saves only "
+                f"{_saving(m_stay, float(m[i_best])):.1%}, below threshold)"
             )
-        if stay.config != current:
+        if stay_cfg != current:
             why += f"; rescaled from {current} to {num_workers} worker(s)"
-        return _decision(stay, current, False, why, cands)
+        return _decision(table, i_stay, current, False, why)
 
 
-def _key(c: Candidate) -> tuple[float, int, int]:
-    # Deterministic tie-break: shorter makespan, then colocated, then fewer prefill workers.
-    return (c.prediction.makespan_s, 0 if c.config.is_colocated else 1, c.config.num_prefill)
+class _Single(CandidateTable):
+    """A table of exactly one candidate (the `fixed` baseline)."""
+
+    def __init__(self, num_workers: int, only: Candidate) -> None:
+        self.num_workers = num_workers
+        self._only = only
+        self._blocks = []
+        self.makespans_s = np.array([only.prediction.makespan_s])
+        self.feasible = np.array([only.prediction.feasible])
+        self._cache = {0: only}
+        self._lists = {}
+
+    def config_at(self, i: int) -> PDConfig:
+        if i != 0:
+            raise IndexError(i)
+        return self._only.config
+
+    def index_of(self, config: PDConfig | None) -> int | None:
+        return 0 if config == self._only.config else None
+
+    def mode_range(self, mode: str) -> range:
+        return range(1) if mode == self._only.config.mode else range(0)
 
 
 def _saving(m_stay: float, m_new: float) -> float:
@@ -228,27 +325,10 @@ def _saving(m_stay: float, m_new: float) -> float:
 
 
 def _decision(
-    pick: Candidate,
-    current: PDConfig | None,
-    forced: bool,
-    reason: str,
-    cands: tuple[Candidate, ...],
+    table: CandidateTable, i: int, current: PDConfig | None, forced: bool, reason: str
 ) -> Decision:
+    pick = table[i]
     return Decision(
-        pick.config, current, pick.config != current, forced, reason, cands, True,
+        pick.config, current, pick.config != current, forced, reason, table, True,
         pick.prediction.makespan_s,
     )  # fmt: skip
-
-
-def _to_candidates(
-    configs: list[PDConfig], arr: dict[str, np.ndarray], ok: np.ndarray, why: list[str]
-) -> list[Candidate]:
-    keys = [k for k in arr if k != "makespan_s"]
-    cols = [arr[k].tolist() for k in keys]
-    makespans = arr["makespan_s"].tolist()
-    oks = ok.tolist()
-    out = []
-    for i, config in enumerate(configs):
-        breakdown = {k: col[i] for k, col in zip(keys, cols, strict=True)}
-        out.append(Candidate(config, Prediction(makespans[i], oks[i], why[i], breakdown)))
-    return out

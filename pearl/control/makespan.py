@@ -38,6 +38,7 @@ The core works on numpy arrays so the decision engine can score thousands of spl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,10 +121,12 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
     )
 
 
-def _interrupted_path(a: np.ndarray, c: np.ndarray, p: np.ndarray) -> np.ndarray:
+def _interrupted_path(
+    a: np.ndarray | float, c: np.ndarray | float, p: np.ndarray | float
+) -> np.ndarray:
     """Solve M = A + C*M/(M-P) for the root M > max(A, P) (see module docstring)."""
-    s = a + c + p
-    return (s + np.sqrt(np.maximum(s * s - 4.0 * a * p, 0.0))) / 2.0
+    s = np.asarray(a + c + p, dtype=float)
+    return (s + np.sqrt(np.maximum(s * s - 4.0 * np.multiply(a, p), 0.0))) / 2.0
 
 
 def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -189,30 +192,32 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
 
 def feasibility(
     w: _Workload, mode: str, num_decode: np.ndarray | None = None
-) -> tuple[np.ndarray, list[str]]:
-    """(feasible mask, reasons) for colocated (`num_decode` None) or disaggregated."""
+) -> tuple[np.ndarray, Callable[[int], str]]:
+    """(feasible mask, reason of element i) for colocated (`num_decode` None) or
+    disaggregated candidates. Reasons are built on demand: thousands of splits stay cheap."""
     shape = (1,) if num_decode is None else np.shape(num_decode)
+    msg = ""
     if not w.weights_fit:
         msg = f"weights ({w.weight_gb:.1f} GB) do not fit a worker's usable {w.mem_gb:.1f} GB"
-        return np.zeros(shape, dtype=bool), [msg] * int(np.prod(shape))
-    if w.ctx_tail > w.h_max:
+    elif w.ctx_tail > w.h_max:
         msg = (
             f"one trajectory's KV ({w.ctx_tail:.0f} tokens) exceeds a worker's KV capacity "
             f"H_max = {w.h_max:.0f} tokens"
         )
-        return np.zeros(shape, dtype=bool), [msg] * int(np.prod(shape))
+    if msg:
+        return np.zeros(shape, dtype=bool), lambda i: msg
     if num_decode is None or mode == "colocated":
-        return np.ones(shape, dtype=bool), [""] * int(np.prod(shape))
+        return np.ones(shape, dtype=bool), lambda i: ""
     need = w.batch * w.k_seq
-    have = np.asarray(num_decode, dtype=float) * w.h_max
+    have = np.asarray(num_decode, dtype=float).reshape(shape) * w.h_max
     ok = need <= have
-    reasons = [
-        ""
-        if fine
-        else f"decode KV memory: B*K_seq = {need:.0f} tokens > N_D*H_max = {h:.0f} tokens"
-        for fine, h in zip(ok.tolist(), have.tolist(), strict=True)
-    ]
-    return ok, reasons
+
+    def reason(i: int) -> str:
+        if ok[i]:
+            return ""
+        return f"decode KV memory: B*K_seq = {need:.0f} tokens > N_D*H_max = {have[i]:.0f} tokens"
+
+    return ok, reason
 
 
 def predict(
@@ -231,7 +236,7 @@ def predict(
         )
         ok, reasons = feasibility(w, "disaggregated", np.array([config.num_decode]))
     breakdown = {k: float(v[0]) for k, v in arrays.items() if k != "makespan_s"}
-    return Prediction(float(arrays["makespan_s"][0]), bool(ok[0]), reasons[0], breakdown)
+    return Prediction(float(arrays["makespan_s"][0]), bool(ok[0]), reasons(0), breakdown)
 
 
 def workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int = 1) -> _Workload:

@@ -208,7 +208,7 @@ def _check_record(rec: Record) -> None:
         ("t_env_start_s", rec.t_env_start_s),
         ("t_env_end_s", rec.t_env_end_s),
     ]
-    last_name, last = order[0]
+    last_name, last = order[0][0], rec.t_queued_s
     for name, t in order[1:]:
         if t is None:
             continue

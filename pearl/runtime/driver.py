@@ -347,6 +347,7 @@ class Driver:
             "generated_tokens": sum(sum(t.response_mask) for t in trajs),
             "interrupted_trajectories": sum(1 for t in trajs if t.num_interrupts),
             "min_segment_version": min((t.min_version for t in trajs if t.min_version is not None), default=None),
+            "trajectory_ids": [t.traj_id for t in trajs],
             "t_s": self.now(),
         }
         self.step_metrics.append(row)
