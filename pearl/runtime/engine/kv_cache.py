@@ -122,10 +122,14 @@ class BlockManager:
         """Switch the hash namespace (e.g. on new weights): old cached KV stops matching."""
         self.namespace = namespace
 
-    def check_invariants(self) -> None:
-        in_use = sum(1 for b in self.blocks if b.ref_count > 0)
-        assert in_use + len(self.free) == self.num_blocks, "a block is both used and free"
-        assert all(self.blocks[b].ref_count == 0 for b in self.free)
+    def check_invariants(self, *, full: bool = False) -> None:
+        """Cheap check every step; `full` also scans every block (tests)."""
+        assert 0 <= len(self.free) <= self.num_blocks
+        if full:
+            in_use = sum(1 for b in self.blocks if b.ref_count > 0)
+            assert in_use + len(self.free) == self.num_blocks, "a block is both used and free"
+            assert all(self.blocks[b].ref_count == 0 for b in self.free)
+            assert all(self.blocks[b].hash == h for h, b in self.hash_to_block.items())
 
 
 class KVCache:

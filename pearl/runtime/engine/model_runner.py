@@ -65,62 +65,81 @@ class ModelRunner:
         return self.model is not None
 
     # -- one step -----------------------------------------------------------------------
+    def prepare(
+        self, batch: ScheduledBatch
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionContext, list[int], list[int]]:
+        """Pack a batch: decodes (1 new token, KV already cached) first, then chunks.
+
+        Returns input ids [T], positions [T], the attention context, the batch indices of
+        sequences to sample (in packed order) and the packed index of each one's last token.
+        """
+        assert self.kv is not None
+        bs, dev = self.block_size, self.device
+        decodes = [b for b, n in enumerate(batch.num_new_tokens) if n == 1]
+        chunks = [b for b, n in enumerate(batch.num_new_tokens) if n > 1]
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        sample_rows: list[int] = []
+        logits_idx: list[int] = []
+        for b in decodes + chunks:
+            seq, n = batch.seqs[b], batch.num_new_tokens[b]
+            start, table = seq.num_computed_tokens, seq.block_table
+            ids.extend(seq.token_ids[start : start + n])
+            pos.extend(range(start, start + n))
+            slots.extend(table[i // bs] * bs + i % bs for i in range(start, start + n))
+            if start + n == seq.num_tokens:
+                sample_rows.append(b)
+                logits_idx.append(len(ids) - 1)
+        max_q = max((batch.num_new_tokens[b] for b in chunks), default=0)
+        q_slot: list[int] = []
+        q_positions = torch.zeros(len(chunks), max_q, dtype=torch.long)
+        for row, b in enumerate(chunks):
+            seq, n = batch.seqs[b], batch.num_new_tokens[b]
+            start = seq.num_computed_tokens
+            q_slot.extend(range(row * max_q, row * max_q + n))
+            q_positions[row, :n] = torch.arange(start, start + n)
+            q_positions[row, n:] = start + n - 1
+        ctx = AttentionContext(
+            q_slot=torch.tensor(q_slot, dtype=torch.long, device=dev),
+            num_seqs=len(chunks),
+            max_q_len=max_q,
+            q_positions=q_positions.to(dev),
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            block_tables=self._tables([batch.seqs[b] for b in chunks]),
+            kv_caches=self.kv.layers,
+            num_decode_tokens=len(decodes),
+            decode_positions=torch.tensor(
+                [batch.seqs[b].num_computed_tokens for b in decodes], dtype=torch.long, device=dev
+            ),
+            decode_block_tables=self._tables([batch.seqs[b] for b in decodes]),
+        )
+        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
+        pos_t = torch.tensor(pos, dtype=torch.long, device=dev)
+        return ids_t, pos_t, ctx, sample_rows, logits_idx
+
+    def _tables(self, seqs: list) -> torch.Tensor:
+        width = max((len(s.block_table) for s in seqs), default=0)
+        rows = [s.block_table + [0] * (width - len(s.block_table)) for s in seqs]
+        return torch.tensor(rows, dtype=torch.long, device=self.device).view(len(seqs), width)
+
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> list[tuple[int, float] | None]:
         """Feed every scheduled chunk; sample for sequences whose chunk reaches their end.
 
-        Returns, per scheduled sequence, (token id, logprob) or None (prefill continues).
+        Returns, per scheduled sequence (batch order), (token id, logprob) or None (its
+        prefill continues next step).
         """
-        assert self.model is not None and self.kv is not None
-        bs = self.block_size
-        ids: list[int] = []
-        pos: list[int] = []
-        q_slot: list[int] = []
-        slots: list[int] = []
-        logits_idx: list[int] = []
-        sample_rows: list[int] = []
-        max_q = max(batch.num_new_tokens)
-        max_blocks = max(len(s.block_table) for s in batch.seqs)
-        q_positions = torch.zeros(len(batch.seqs), max_q, dtype=torch.long)
-        tables = torch.zeros(len(batch.seqs), max_blocks, dtype=torch.long)
-        for b, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
-            start = seq.num_computed_tokens
-            ids.extend(seq.token_ids[start : start + n])
-            pos.extend(range(start, start + n))
-            q_slot.extend(range(b * max_q, b * max_q + n))
-            table = seq.block_table
-            slots.extend(table[i // bs] * bs + i % bs for i in range(start, start + n))
-            q_positions[b, :n] = torch.arange(start, start + n)
-            q_positions[b, n:] = start + n - 1
-            tables[b, : len(table)] = torch.tensor(table)
-            if start + n == seq.num_tokens:
-                logits_idx.append(len(ids) - 1)
-                sample_rows.append(b)
-        dev = self.device
-        ctx = AttentionContext(
-            q_slot=torch.tensor(q_slot, device=dev),
-            num_seqs=len(batch.seqs),
-            max_q_len=max_q,
-            q_positions=q_positions.to(dev),
-            slot_mapping=torch.tensor(slots, device=dev),
-            block_tables=tables.to(dev),
-            kv_caches=self.kv.layers,
-        )
+        assert self.model is not None
+        ids, pos, ctx, sample_rows, logits_idx = self.prepare(batch)
         results: list[tuple[int, float] | None] = [None] * len(batch.seqs)
-        if not sample_rows:
-            self.model(
-                torch.tensor(ids, device=dev),
-                torch.tensor(pos, device=dev),
-                ctx,
-                logits_indices=torch.tensor([len(ids) - 1], device=dev),
-            )
-            return results
+        if not sample_rows:  # only mid-prompt chunks: fill the KV, no logits needed
+            logits_idx = [len(ids) - 1]
         logits = self.model(
-            torch.tensor(ids, device=dev),
-            torch.tensor(pos, device=dev),
-            ctx,
-            logits_indices=torch.tensor(logits_idx, device=dev),
+            ids, pos, ctx, logits_indices=torch.tensor(logits_idx, device=ids.device)
         )
+        if not sample_rows:
+            return results
         seqs = [batch.seqs[b] for b in sample_rows]
         tokens, logprobs = sample(
             logits,

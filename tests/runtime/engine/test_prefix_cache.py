@@ -73,7 +73,7 @@ def test_block_manager_invariants(ops) -> None:
                 bm.free_seq(seq)
         elif live:
             bm.free_seq(live.pop(0))
-        bm.check_invariants()
+        bm.check_invariants(full=True)
         refs = {}
         for s in live:
             for b in s.block_table:
