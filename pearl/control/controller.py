@@ -27,7 +27,7 @@ from pearl.control.book import TrajectoryBook
 from pearl.control.policies import get_policy
 from pearl.control.policies.base import Advisor, Policy
 from pearl.control.router import route_queued
-from pearl.control.scheduler import ControllerError
+from pearl.control.scheduler import ControllerError, Group
 from pearl.control.state import ClusterState, Gpu, Status, Zone
 from pearl.control.toggle import ToggleMixin
 
@@ -84,6 +84,9 @@ class Controller(ToggleMixin):
         self.borrow_turns_left = self.borrow_budget_turns
         self.borrow_started_s = None
         self.returned_early_s = None
+        starting = tuple(w.worker_id for w in state.workers_with(statuses=(Status.INITIALIZING,)))
+        if starting:  # workers the world is already starting form the initial group
+            self.groups["initial-0"] = Group("initial-0", "initial", starting, 0.0)
         self.check()
 
     @property

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pearl.control import commands as cmd
 from pearl.control.scheduler import SchedulerCore
-from pearl.control.state import Gpu, Status
+from pearl.control.state import Gpu, Status, Zone
 
 
 class RebuilderMixin(SchedulerCore):
@@ -95,12 +95,12 @@ class RebuilderMixin(SchedulerCore):
             if to == "training":
                 self._emit(cmd.RestoreTraining(tuple(gpu_ids)))
         self._state = self._state.without_gpus(gpu_ids)
-        self._replan("shrink", urgent=True)
+        self._replan("shrink", urgent=False)  # the urgent part is done; survivors drain
 
     def _on_reclaim(self, gpu_ids: tuple[str, ...], deadline_s: float) -> None:
         for g in gpu_ids:
             self.offered.pop(g, None)
-        held = [g for g in gpu_ids if self._state.has_gpu(g)]
+        held = [g for g in gpu_ids if self._provider_gpu(g)]
         if not held:
             self._ignore(f"reclaim of GPUs not held: {list(gpu_ids)}")
             return
@@ -111,13 +111,17 @@ class RebuilderMixin(SchedulerCore):
     def _on_gone(self, gpu_ids: tuple[str, ...]) -> None:
         for g in gpu_ids:
             self.offered.pop(g, None)
-        held = [g for g in gpu_ids if self._state.has_gpu(g)]
+        held = [g for g in gpu_ids if self._provider_gpu(g)]
         if not held:
             self._ignore(f"GPUs gone that were not held: {list(gpu_ids)}")
             return
         self._decide(f"GPUs gone without release: {held}")
         self._lose_gpus(held, interrupt=False, to=None)
         self._maybe_expand()
+
+    def _provider_gpu(self, gpu_id: str) -> bool:
+        """Held and not a borrowed training GPU (those only go back to training)."""
+        return self._state.has_gpu(gpu_id) and self._state.gpu(gpu_id).zone != Zone.OVERLAP
 
     def _has_serving_workers(self) -> bool:
         return bool(self._state.workers_with(statuses=(Status.ACTIVE,)))

@@ -103,6 +103,7 @@ class ToggleMixin(RebuilderMixin):
         self._decide(f"return {held} to training (deadline {deadline_s:.1f}s)")
         self.borrow_started_s = None
         self._lose_gpus(held, interrupt=True, to="training")
+        self._maybe_expand()
 
     # -- budgeted borrowing (rlboost+) ---------------------------------------------------------
     def _returning_gpus(self) -> set[str]:
