@@ -226,36 +226,55 @@ def _config_lines(cfg: dict[str, Any]) -> list[str]:
     return [f"- {k}: {v}" for k, v in known if v is not None]
 
 
+def _summary_value(v: Any) -> str:
+    if isinstance(v, dict):
+        flat = ", ".join(
+            f"{k}={_fmt(x, 3)}" for k, x in v.items() if not isinstance(x, dict | list)
+        )
+        return flat or "-"
+    return _fmt(v, 3)
+
+
 def _pair(a: Any, b: Any) -> str | None:
     return None if a is None and b is None else f"{_fmt(a)} / {_fmt(b)}"
 
 
+def _tokens(s: dict[str, Any]) -> Any:
+    return s.get("tokens", s.get("generated_tokens"))
+
+
+def _error_cell(s: dict[str, Any]) -> str:
+    err = rel_error(s)
+    return "-" if err is None else f"{err:+.0%}"
+
+
+# (header, cell, shown only when some step has one of these keys; () = always)
+_STEP_COLUMNS: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
+    ("step", lambda s: _fmt(s["step"]), ()),
+    ("version", lambda s: _fmt(s.get("version")), ("version",)),
+    ("config", lambda s: _fmt(s.get("config")), ("config",)),
+    ("reward", lambda s: _fmt(s.get("reward_mean"), 3), ()),
+    ("trajectories", lambda s: _fmt(s.get("trajectories")), ()),
+    ("makespan (s)", lambda s: _fmt(s.get("rollout_makespan_s")), ()),
+    ("predicted (s)", lambda s: _fmt(s.get("predicted_makespan_s")), ()),
+    ("error", _error_cell, ()),
+    ("traj/s", lambda s: _fmt(throughput(s)), ()),
+    ("tokens", lambda s: _fmt(_tokens(s)), ("tokens", "generated_tokens")),
+    (
+        "interrupted",
+        lambda s: _fmt(s.get("interrupted_trajectories")),
+        ("interrupted_trajectories",),
+    ),
+    ("train (s)", lambda s: _fmt(s.get("train_time_s")), ("train_time_s",)),
+    ("wall (s)", lambda s: _fmt(s.get("wall_s")), ("wall_s",)),
+)
+
+
 def _step_table(steps: list[dict[str, Any]]) -> list[str]:
-    head = (
-        "| step | version | config | reward | trajectories | makespan (s) | predicted (s) "
-        "| error | traj/s | wall (s) |"
-    )
-    lines = [head, "|" + "---|" * 10]
+    cols = [c for c in _STEP_COLUMNS if not c[2] or any(k in s for s in steps for k in c[2])]
+    lines = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]
     for s in steps:
-        err = rel_error(s)
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    _fmt(s["step"]),
-                    _fmt(s.get("version")),
-                    _fmt(s.get("config")),
-                    _fmt(s.get("reward_mean"), 3),
-                    _fmt(s.get("trajectories")),
-                    _fmt(s.get("rollout_makespan_s")),
-                    _fmt(s.get("predicted_makespan_s")),
-                    "-" if err is None else f"{err:+.0%}",
-                    _fmt(throughput(s)),
-                    _fmt(s.get("wall_s")),
-                ]
-            )
-            + " |"
-        )
+        lines.append("| " + " | ".join(c[1](s) for c in cols) + " |")
     return lines
 
 
@@ -269,19 +288,27 @@ def _detail(e: dict[str, Any]) -> str:
     return f" ({text})"
 
 
-def _decision_lines(decisions: list[dict[str, Any]], limit: int = 40) -> list[str]:
-    switches = [d for d in decisions if d.get("switch")]
-    lines = [f"{len(decisions)} decision(s), {len(switches)} switch(es)."]
-    if switches:
-        lines.append("")
-    for d in switches[:limit]:
+def _decision_text(d: dict[str, Any]) -> str:
+    """One line per decision doc: a controller narrative string or a decision engine doc."""
+    if isinstance(d.get("decision"), str):
+        return d["decision"]
+    when = f"t={_fmt(d.get('t_s'), 3)}: "
+    if "chosen" in d:
+        verb = f"{d.get('current')} -> {d['chosen']}" if d.get("switch") else f"keep {d['chosen']}"
         forced = " (forced)" if d.get("forced") else ""
-        lines.append(
-            f"- t={_fmt(d.get('t_s'), 1)} s: {d.get('current')} -> {d.get('chosen')}{forced}: "
-            f"{d.get('reason', '')}"
-        )
-    if len(switches) > limit:
-        lines.append(f"- ... and {len(switches) - limit} more in decisions.jsonl")
+        return f"{when}{verb}{forced}: {d.get('reason', '')}"
+    rest = {k: v for k, v in d.items() if k not in ("t_s", "candidates")}
+    return when + ", ".join(f"{k}={v}" for k, v in rest.items())
+
+
+def _decision_lines(decisions: list[dict[str, Any]], limit: int = 60) -> list[str]:
+    switches = sum(1 for d in decisions if d.get("switch"))
+    lines = [f"{len(decisions)} decision(s)" + (f", {switches} switch(es)." if switches else ".")]
+    if decisions:
+        lines.append("")
+    lines += [f"- {_decision_text(d)}" for d in decisions[:limit]]
+    if len(decisions) > limit:
+        lines.append(f"- ... and {len(decisions) - limit} more in decisions.jsonl")
     return lines
 
 
@@ -324,9 +351,9 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
     counts = m["event_counts"]
     lines = [f"# PEARL run report: {run.run_dir.name}", "", "## Configuration", ""]
     lines += _config_lines(run.config) or ["- (no config.yaml)"]
-    scalars = {k: v for k, v in run.summary.items() if isinstance(v, str | int | float | bool)}
-    if scalars:
-        lines += ["", "## Summary", ""] + [f"- {k}: {_fmt(v, 3)}" for k, v in scalars.items()]
+    shown = {k: v for k, v in run.summary.items() if isinstance(v, str | int | float | bool | dict)}
+    if shown:
+        lines += ["", "## Summary", ""] + [f"- {k}: {_summary_value(v)}" for k, v in shown.items()]
     lines += ["", "## Steps", ""]
     lines += _step_table(run.steps) if run.steps else ["No steps recorded."]
     mp = m["makespan_prediction"]
@@ -360,7 +387,7 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
                 f"{e.get('reason') or '(no reason given)'}{_detail(e)}"
             )
         lines.append("")
-    lines += ["## Decisions", ""] + _decision_lines(run.decisions) + [""]
+    lines += ["## Controller decisions", ""] + _decision_lines(run.decisions) + [""]
     if plots:
         lines += ["## Plots", ""]
         for title, name in plots.items():

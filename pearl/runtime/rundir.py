@@ -196,9 +196,14 @@ class RunRecorder:
         """Append a decision doc (e.g. `Decision.to_json()` plus a "kind")."""
         self._append(DECISIONS_FILE, {"t_s": float(t_s), **doc})
 
-    def record_event(self, t_s: float, kind: str, reason: str, **detail: Any) -> None:
-        """Append an event; `kind` is one of `EVENT_KINDS` for the report to count it."""
-        self._append(EVENTS_FILE, {"t_s": float(t_s), "kind": kind, "reason": reason, **detail})
+    def record_event(self, t_s: float, kind: str, reason: str | None, /, **detail: Any) -> None:
+        """Append an event; `kind` is one of `EVENT_KINDS` for the report to count it.
+
+        The first three are positional-only so that a `detail` dict that carries its own
+        "t_s", "kind" or "reason" key can be passed as `**detail`: the arguments win."""
+        doc: dict[str, Any] = {"t_s": float(t_s), "kind": kind, "reason": reason or kind}
+        doc.update((k, v) for k, v in detail.items() if k not in doc)
+        self._append(EVENTS_FILE, doc)
 
     def record_telemetry(self, records: Iterable[Any]) -> int:
         """Append telemetry records (objects with `to_json()`, or dicts); returns the count.

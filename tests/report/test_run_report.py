@@ -57,6 +57,7 @@ def _run_dir(tmp_path: Path) -> Path:
              "switch": True, "forced": False, "reason": "saves 18%"},
         )  # fmt: skip
         rec.record_decision(1.0, {"kind": "pd", "chosen": "colocated:2", "switch": False})
+        rec.record_decision(4.0, {"decision": "t=4.000: borrow ['o0']: -> colocated:3 (gain 3 s)"})
         for step, reward, meas, pred, n in STEPS:
             rec.record_step(
                 step,
@@ -87,7 +88,9 @@ def test_report_has_config_steps_counts_reasons_error_and_plots(tmp_path):
             assert f"**{kind}**: {reason}" in text
     median = statistics.median(abs(p - m) / m for _, _, m, p, _ in STEPS)
     assert f"{median:.1%} over 3 step(s)" in text
-    assert "colocated:2 -> disaggregated:1:1" in text and "saves 18%" in text
+    assert "colocated:2 -> disaggregated:1:1: saves 18%" in text and "keep colocated:2" in text
+    assert "- t=4.000: borrow ['o0']: -> colocated:3 (gain 3 s)" in text
+    assert "3 decision(s), 1 switch(es)." in text
     for png in ("timeline.png", "reward.png", "throughput.png", "makespan.png"):
         assert f"({png})" in text
         assert (out / png).read_bytes()[:8] == PNG

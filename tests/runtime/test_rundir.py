@@ -56,6 +56,14 @@ def test_new_run_writes_config_and_one_line_per_record(tmp_path):
         {"t_s": 2.0, "kind": "preemption", "reason": "reclaim notice", "gpu_ids": ["p0"],
          "deadline_s": 3.0}
     ]  # fmt: skip
+    payload = {"traj_id": "t1", "reason": "reclaim", "kind": "x"}  # a world's own payload
+    rec.record_event(2.5, "interrupt", payload.get("reason"), **payload)
+    rec.record_event(2.6, "resume", None, traj_id="t1")
+    docs = _lines(out / "events.jsonl")[1:]
+    assert docs == [
+        {"t_s": 2.5, "kind": "interrupt", "reason": "reclaim", "traj_id": "t1"},
+        {"t_s": 2.6, "kind": "resume", "reason": "resume", "traj_id": "t1"},
+    ]
     (step,) = _lines(out / "steps.jsonl")
     assert step["step"] == 0 and step["predicted_makespan_s"] is None  # NaN -> null
     rec.close()
