@@ -1,32 +1,37 @@
 """Bubble-aware makespan models of one rollout batch (paper §4.3.1).
 
-A batch of B trajectories; each runs T turns of (prefill, decode, environment). From a
-`WorkloadProfile` (means `T`, `n_p` new prefill tokens and `n_d` decode tokens per turn,
-context `K`, environment time `e` per turn, share `f` of time waiting on the environment,
-the tail `T_max` of turns) and the fitted per-worker costs (`PerfParams`):
+A batch of B trajectories; each runs turns of (prefill, decode, environment). From a
+`WorkloadProfile` (means per turn: `n_p` new prefill tokens, `n_d` decode tokens, context
+`K`; `T` turns per trajectory; share `f` of a trajectory's life spent waiting on its
+environment; and the *tail trajectory*, the one that finished last: `T_tail` turns and its
+totals of new prefill tokens, decode tokens `D_tail` and environment seconds `E_tail`) and
+the fitted per-worker costs (`PerfParams`):
 
 * prefill of a turn `t_pf = a + b_p*n_p + c_attn*n_p*K`; KV of a turn `t_kv = lat + K*kv_bytes*s`;
-* decode concurrency per worker `b = max(1, min(B/N*(1-f), H_max/K_dec))` (trajectories
-  waiting on the environment do not decode; KV memory caps the batch); decode iteration
-  `t_step = a + b_d*b + c_ctx*b*K_dec` with `K_dec = K + n_d/2`.
+* decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, H_max/K_dec)`:
+  trajectories waiting on the environment do not decode, trajectories that finished early
+  (they run T of the tail's T_tail turns) no longer do, and KV memory caps the batch;
+  decode iteration `t_step = a + b_d*b + c_ctx*b*K_dec` with `K_dec = K + n_d/2`.
 
 Two bounds, the makespan is the larger (both are lower bounds of a real schedule):
 
-* **throughput bound**: a worker's total work over its capacity;
-* **critical path** of the longest trajectory (`T_max` turns), including the bubbles other
-  work puts in its way. Other work interrupts it at utilisation `P/M` (P: the interfering
-  work per worker, M: the makespan), so `M = A + C*M/(M-P)`, where C is the interrupted
-  part and A the rest; the larger root of `M^2 - (A+P+C)M + AP = 0` solves it in closed form
-  (it grows with A, P and C).
+* **throughput bound**: a worker's total work over its capacity (decode busy time
+  `D_w = B*T*n_d/N / b * t_step`);
+* **critical path** of the tail trajectory, including the bubbles other work puts in its
+  way. Other work interrupts it at utilisation `P/M` (P: the interfering work per worker,
+  M: the makespan), so `M = A + C*M/(M-P)`, where C is the interrupted part and A the rest;
+  the larger root of `M^2 - (A+P+C)M + AP = 0` solves it in closed form (it grows with A,
+  P and C).
 
 Colocated (N workers): prefill and decode serialise on shared GPUs. Throughput bound
 `P_w + D_w` (per-worker prefill and decode busy time); on the critical path other
-trajectories' prefills interrupt this trajectory's decode (C = its decode time, P = P_w).
+trajectories' prefills interrupt the tail's decode (C = `D_tail*t_step`, P = `P_w`,
+A = its own prefills + `E_tail`).
 
 Disaggregated (p prefill, d decode): the two paths run concurrently. Prefill path
-`max(prefill work, KV link time) / p`; decode path `max(D_d, T_max*n_d*t_step)`; on the
-critical path the trajectory's prefills queue behind others' (C = its prefill time, P =
-prefill path), then KV transfer, decode and environment add up.
+`max(prefill work, KV link time) / p`; decode path `max(D_d, D_tail*t_step)`; on the
+critical path the tail's prefills queue behind others' (C = its prefill time, P = prefill
+path), then its KV transfers (`T_tail*t_kv`), decode and environment add up.
 
 Feasibility (paper §4.2): a worker's weights fit its GPUs; one trajectory's context fits a
 worker's KV memory (prefill workers stage whole contexts); disaggregation needs decode KV
@@ -72,7 +77,11 @@ class _Workload:
 
     batch: float
     turns: float
-    turns_tail: float
+    tail_turns: float
+    tail_prefill_s: float
+    tail_decode_tokens: float
+    tail_env_s: float
+    live: float
     t_pf: float
     t_kv: float
     n_d: float
@@ -99,10 +108,17 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
     perf = profile.perf.scaled(num_gpus_per_worker)
     ctx = profile.context_tokens_mean
     n_d = profile.decode_tokens_per_turn
+    tail_turns = max(profile.tail_turns, 1.0)
     return _Workload(
         batch=float(batch),
         turns=profile.turns_per_traj_mean,
-        turns_tail=max(profile.turns_per_traj_max, profile.turns_per_traj_mean),
+        tail_turns=tail_turns,
+        tail_prefill_s=tail_turns * perf.step_overhead_s
+        + perf.prefill_s_per_token * profile.tail_new_prefill_tokens
+        + perf.prefill_s_per_token_ctx * profile.tail_new_prefill_tokens * ctx,
+        tail_decode_tokens=profile.tail_decode_tokens,
+        tail_env_s=profile.tail_env_s,
+        live=min(1.0, max(0.05, profile.turns_per_traj_mean / tail_turns)),
         t_pf=perf.prefill_s(profile.new_prefill_tokens_per_turn, ctx),
         t_kv=perf.kv_transfer_s(ctx * hw.kv_bytes_per_token),
         n_d=n_d,
@@ -132,7 +148,7 @@ def _interrupted_path(
 def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-worker decode concurrency, iteration time and busy time for `workers` workers."""
     cap = max(1.0, w.h_max / w.ctx_dec) if w.h_max > 0 else 1.0
-    b = np.clip(w.batch / workers * (1.0 - w.wait), 1.0, cap)
+    b = np.clip(w.batch / workers * (1.0 - w.wait) * w.live, 1.0, cap)
     t_step = w.step_a + w.step_b * b + w.step_c * b * w.ctx_dec
     busy = w.batch * w.turns * w.n_d / workers / b * t_step
     return b, t_step, busy
@@ -144,9 +160,9 @@ def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
     prefill = w.batch * w.turns * w.t_pf / n
     b, t_step, decode = _decode(w, n)
     tput = prefill + decode
-    own_prefill = w.turns_tail * w.t_pf
-    own_decode = w.turns_tail * w.n_d * t_step
-    env = w.turns_tail * w.env_s
+    own_prefill = w.tail_prefill_s
+    own_decode = w.tail_decode_tokens * t_step
+    env = w.tail_env_s
     crit = _interrupted_path(own_prefill + env, own_decode, prefill)
     return {
         "makespan_s": np.maximum(tput, crit),
@@ -169,11 +185,11 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
     kv_link = w.batch * w.turns * w.t_kv / p
     prefill_path = np.maximum(prefill, kv_link)
     b, t_step, decode = _decode(w, d)
-    own_decode = w.turns_tail * w.n_d * t_step
+    own_decode = w.tail_decode_tokens * t_step
     decode_path = np.maximum(decode, own_decode)
-    own_prefill = w.turns_tail * w.t_pf
-    kv = w.turns_tail * w.t_kv
-    env = w.turns_tail * w.env_s
+    own_prefill = w.tail_prefill_s
+    kv = w.tail_turns * w.t_kv
+    env = w.tail_env_s
     crit = _interrupted_path(kv + own_decode + env, np.full_like(p, own_prefill), prefill_path)
     tput = np.maximum(prefill_path, decode)
     return {

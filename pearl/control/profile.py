@@ -174,8 +174,9 @@ class FitQuality:
 class WorkloadProfile:
     """What the tracker knows about the workload and the hardware (EMAs over rollout steps).
 
-    Per-turn token counts and times are means over turns; `turns_per_traj_max` and
-    `context_tokens_p90` describe the tail that sets a batch's critical path;
+    Per-turn token counts and times are means over turns. The `tail_*` fields describe the
+    trajectory that finished last in a step (its turns, and its totals of new prefill
+    tokens, decode tokens and environment seconds): the critical path of a batch;
     `env_wait_fraction` is the share of a trajectory's lifetime spent waiting on its
     environment (it reduces decode concurrency, paper §4.3.1).
     """
@@ -195,6 +196,10 @@ class WorkloadProfile:
     env_s_per_turn_mean: float = 5.0
     env_s_per_turn_p90: float = 15.0
     env_wait_fraction: float = 0.3
+    tail_turns: float = 50.0
+    tail_new_prefill_tokens: float = 300000.0
+    tail_decode_tokens: float = 15000.0
+    tail_env_s: float = 250.0
     num_steps: int = 0
     num_turns: int = 0
     step_fit: FitQuality = FitQuality()
@@ -237,7 +242,7 @@ class WorkloadProfile:
         unknown = sorted(set(doc) - {f.name for f in fields(cls)} - {"prefix_hit_rate"})
         if unknown:
             raise ProfileError(source, "unknown field", field=unknown[0])
-        for name in ("turns_per_traj_mean", "turns_per_traj_max", "batch_size"):
+        for name in ("turns_per_traj_mean", "turns_per_traj_max", "batch_size", "tail_turns"):
             if kwargs[name] <= 0:
                 raise ProfileError(source, "must be > 0", field=name)
         if kwargs["env_wait_fraction"] >= 1.0:

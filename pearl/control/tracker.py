@@ -7,8 +7,10 @@ statistics and fits, then blends them into the profile with an exponential movin
 * workload statistics from `TurnRecord`s: batch size (distinct trajectories), turns per
   trajectory (mean, p90, max; from trajectories that finished in the step when there are
   any), new / cached / decoded tokens per turn, context per turn (mean, p90), final
-  trajectory context, environment time per turn (mean, p90) and the share of a
-  trajectory's lifetime spent waiting on its environment;
+  trajectory context, environment time per turn (mean, p90), the share of a
+  trajectory's lifetime spent waiting on its environment, and the tail trajectory (the
+  one that finished last: its turns and totals of new prefill tokens, decode tokens and
+  environment seconds), which sets the batch's critical path;
 * performance parameters: the iteration cost `a + b_p*prefill + b_d*decode + c_ctx*context`
   fitted on `WorkerStepRecord`s, and KV transfer `latency + s_per_byte*bytes` on turns that
   moved KV. Fits are relative ridge regressions around the `HardwarePrior` roofline
@@ -166,6 +168,12 @@ def workload_stats(turns: Sequence[TurnRecord]) -> dict[str, float]:
         "traj_context_tokens_mean": float(final_ctx.mean()),
         "env_wait_fraction": min(0.99, env_total / span) if span > 0 else 0.0,
     }
+    # The tail: the trajectory that finished last (ties: the smaller id, deterministic).
+    tail = max(by_traj.items(), key=lambda kv: (max(r.t_end_s for r in kv[1]), _neg(kv[0])))[1]
+    stats["tail_turns"] = float(max(r.turn for r in tail) - min(r.turn for r in tail) + 1)
+    stats["tail_new_prefill_tokens"] = float(sum(r.new_prefill_tokens for r in tail))
+    stats["tail_decode_tokens"] = float(sum(r.decode_tokens for r in tail))
+    stats["tail_env_s"] = float(sum(r.env_s or 0.0 for r in tail))
     if env.size:
         stats["env_s_per_turn_mean"] = float(env.mean())
         stats["env_s_per_turn_p90"] = float(np.percentile(env, 90))
@@ -177,6 +185,11 @@ _ITER_FIELDS = (
     "decode_s_per_ctx_token",
 )  # fmt: skip
 _KV_FIELDS = ("kv_latency_s", "kv_s_per_byte")
+
+
+def _neg(text: str) -> tuple[int, ...]:
+    """A key that orders strings in reverse (so max() picks the smallest id on ties)."""
+    return tuple(-ord(c) for c in text) + (1,)
 
 
 def _blend(new: PerfParams, old: PerfParams, a: float, names: tuple[str, ...]) -> PerfParams:

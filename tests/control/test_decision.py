@@ -34,6 +34,9 @@ profiles = st.builds(
     context_tokens_p90=st.floats(20000, 30000),
     env_s_per_turn_mean=st.floats(0, 30),
     env_wait_fraction=st.floats(0, 0.9),
+    tail_turns=st.floats(10, 60),
+    tail_decode_tokens=st.floats(1000, 40000),
+    tail_env_s=st.floats(0, 1000),
 )
 configs = st.one_of(
     st.integers(1, 24).map(PDConfig.colocated),

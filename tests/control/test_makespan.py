@@ -49,6 +49,10 @@ def simple_profile(**kw) -> WorkloadProfile:
         env_s_per_turn_mean=1.0,
         env_s_per_turn_p90=1.0,
         env_wait_fraction=0.5,
+        tail_turns=10,
+        tail_new_prefill_tokens=10 * 1000,
+        tail_decode_tokens=10 * 100,
+        tail_env_s=10 * 1.0,
     )
     base.update(kw)
     return WorkloadProfile(**base)
@@ -64,13 +68,14 @@ def test_colocated_hand_computed():
     """Colocated, 2 workers: throughput bound 24.4 s beats the interrupted critical path."""
     pred = predict(PDConfig.colocated(2), simple_profile(), batch=8)
     b = pred.breakdown
-    # per worker: prefill 8*10*0.11/2 = 4.4 s; decode batch 8/2*(1-0.5) = 2,
+    # per worker: prefill 8*10*0.11/2 = 4.4 s; decode batch 8/2*(1-0.5)*(10/10 turns) = 2,
     # decode busy 8*10*100/2 tokens / 2 per step * 0.01 s = 20 s
     assert b["prefill_s"] == pytest.approx(4.4)
     assert b["decode_batch"] == pytest.approx(2.0)
     assert b["decode_s"] == pytest.approx(20.0)
     assert b["throughput_bound_s"] == pytest.approx(24.4)
-    # critical path: A = own prefill 1.1 + env 10, C = own decode 10*100*0.01, P = 4.4
+    # critical path of the tail: A = own prefill 10*0.01 + 1e-4*10000 = 1.1 + env 10,
+    # C = own decode 1000 tokens * 0.01 s, P = 4.4
     crit = _root(11.1, 10.0, 4.4)
     assert crit == pytest.approx(23.414, abs=1e-3)
     assert b["critical_path_s"] == pytest.approx(crit)
@@ -84,13 +89,31 @@ def test_disaggregated_hand_computed():
     pred = predict(PDConfig.disaggregated(1, 1), simple_profile(), batch=8)
     b = pred.breakdown
     assert b["prefill_path_s"] == pytest.approx(8.8)  # max(8*10*0.11, KV link 8*10*0.1)
-    assert b["decode_batch"] == pytest.approx(4.0)
+    assert b["decode_batch"] == pytest.approx(4.0)  # 8*(1-0.5)*(10/10)
     assert b["decode_path_s"] == pytest.approx(20.0)  # 8*10*100 tokens / 4 per step * 0.01
     assert b["kv_transfer_s"] == pytest.approx(1.0)
     crit = _root(1.0 + 10.0 + 10.0, 1.1, 8.8)
     assert crit == pytest.approx(22.79, abs=1e-2)
     assert pred.makespan_s == pytest.approx(crit)
     assert b["queueing_s"] == pytest.approx(crit - 1.1 - 1.0 - 10.0 - 10.0)
+
+
+def test_early_finishers_shrink_decode_batch():
+    """A tail of 20 turns against a mean of 10: half the batch has finished on average."""
+    p = simple_profile(tail_turns=20)
+    assert predict(PDConfig.colocated(2), p, 8).breakdown["decode_batch"] == pytest.approx(1.0)
+    p = simple_profile(tail_turns=20, batch_size=32)
+    assert predict(PDConfig.colocated(2), p, 32).breakdown["decode_batch"] == pytest.approx(4.0)
+
+
+def test_tail_trajectory_sets_the_critical_path():
+    """Doubling the tail's decode tokens adds exactly its decode time when nothing interferes."""
+    base = simple_profile(env_wait_fraction=0.0)
+    longer = simple_profile(env_wait_fraction=0.0, tail_decode_tokens=2000)
+    one = predict(PDConfig.disaggregated(8, 8), base, 8).breakdown
+    two = predict(PDConfig.disaggregated(8, 8), longer, 8).breakdown
+    step = one["decode_step_s"]
+    assert two["critical_path_s"] == pytest.approx(one["critical_path_s"] + 1000 * step, rel=1e-3)
 
 
 def test_kv_link_can_bound_the_prefill_path():
@@ -113,7 +136,7 @@ def test_decode_batch_floor_and_memory_cap():
 
 def test_gpus_per_worker_scales_compute():
     """Two GPUs per worker halve every compute term of the cost model (coarse TP model)."""
-    p = simple_profile(env_s_per_turn_mean=0.0, env_wait_fraction=0.0)
+    p = simple_profile(env_s_per_turn_mean=0.0, tail_env_s=0.0, env_wait_fraction=0.0)
     one = predict(PDConfig.colocated(2), p, 8)
     two = predict(PDConfig.colocated(2), p, 8, num_gpus_per_worker=2)
     assert two.makespan_s == pytest.approx(one.makespan_s / 2)

@@ -64,6 +64,9 @@ def test_workload_stats_hand_computed():
     assert s["env_s_per_turn_mean"] == pytest.approx(8.0 / 3)
     # a lives 0 -> 7.6 s (waits 4 s), b lives 0 -> 6.4 s (waits 4 s)
     assert s["env_wait_fraction"] == pytest.approx(8.0 / 14.0)
+    # the tail is a (ends at 7.6 s, b at 6.4 s): 3 turns, 300 new, 150 decoded, 4 s of env
+    assert (s["tail_turns"], s["tail_new_prefill_tokens"]) == (3, 300)
+    assert (s["tail_decode_tokens"], s["tail_env_s"]) == (150, pytest.approx(4.0))
 
 
 def test_fit_recovers_true_coefficients_with_many_samples():
