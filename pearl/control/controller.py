@@ -26,6 +26,7 @@ from pearl.control import events as ev
 from pearl.control.book import TrajectoryBook
 from pearl.control.policies import get_policy
 from pearl.control.policies.base import Advisor, Policy
+from pearl.control.profile import HardwarePrior
 from pearl.control.router import route_queued
 from pearl.control.scheduler import ControllerError, Group
 from pearl.control.state import ClusterState, Gpu, Status, Zone
@@ -41,6 +42,10 @@ class Controller(ToggleMixin):
     already `active`); free held GPUs get workers on the first event. `batch_size`
     trajectories per rollout step, in GRPO groups of `group_size`. `training_gpus` names the
     training GPUs (zone `overlap`, with their nodes) that `TrainingIdle` may offer.
+
+    Decisions come from `advisor` if given; else from the policy's advisor: with a
+    `hardware` prior, the decision engine fed by the runtime tracker with the cost gates
+    (`EngineAdvisor`), without one the model-free `HeuristicAdvisor`.
     """
 
     def __init__(
@@ -53,6 +58,7 @@ class Controller(ToggleMixin):
         gpus_per_worker: int = 1,
         training_gpus: Iterable[Gpu] = (),
         advisor: Advisor | None = None,
+        hardware: HardwarePrior | None = None,
         initial_version: int = 0,
     ) -> None:
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
@@ -60,7 +66,10 @@ class Controller(ToggleMixin):
             raise ValueError("batch_size must be a positive multiple of group_size")
         if gpus_per_worker < 1:
             raise ValueError("gpus_per_worker must be >= 1")
-        self.advisor = advisor if advisor is not None else self.policy.make_advisor()
+        if advisor is None:
+            extra = {} if hardware is None else {"hardware": hardware, "batch_size": batch_size}
+            advisor = self.policy.make_advisor(gpus_per_worker=gpus_per_worker, **extra)
+        self.advisor = advisor
         self.book = TrajectoryBook(self.policy.max_staleness)
         self.num_groups = batch_size // group_size
         self.group_size = group_size

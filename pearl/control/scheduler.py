@@ -54,6 +54,7 @@ class Group:
     deferred: tuple[SetRole, ...] = ()
     ready: set[str] = field(default_factory=set)
     synced: set[str] = field(default_factory=set)  # ready and synced to the latest version
+    last_ready_s: float | None = None
 
 
 class SchedulerCore:
@@ -214,8 +215,10 @@ class SchedulerCore:
         self._emit(cmd.AdmitGroup(g.group_id, g.worker_ids))
         self._decide(f"admit {g.group_id} ({len(g.worker_ids)} workers)")
         if g.kind in ("expand", "borrow"):
-            cost_s = self.now_s - g.started_s
-            self.advisor.record_switch(g.kind, cost_s, borrowed=g.kind == "borrow")
+            ready_s = g.last_ready_s if g.last_ready_s is not None else self.now_s
+            prep_s, finalize_s = ready_s - g.started_s, self.now_s - ready_s
+            borrowed = g.kind == "borrow" or bool(self._state.gpus_in(Zone.OVERLAP))
+            self.advisor.record_switch(g.kind, prep_s, finalize_s, borrowed=borrowed)
         self._after_transition()
 
     def _cancel_group(self, g: Group, reason: str, *, failed: str | None = None) -> list[str]:
@@ -260,6 +263,7 @@ class SchedulerCore:
             self._ignore(f"ready for unknown or already-ready worker {worker_id}")
             return
         g.ready.add(worker_id)
+        g.last_ready_s = self.now_s
         self._emit(cmd.SyncWeights(worker_id, self.latest_version))
 
     def _on_init_failed(self, worker_id: str, reason: str) -> None:

@@ -75,11 +75,31 @@ class HeuristicAdvisor:
             return Verdict(True, "ungated")
         return self._window_gate("borrow", window_s)
 
-    def record_switch(self, kind: str, cost_s: float, *, borrowed: bool) -> None:
-        key = "borrow" if borrowed else "expand"
-        self.cost_s[key] = (1 - self.alpha) * self.cost_s[key] + self.alpha * max(0.0, cost_s)
+    def record_switch(self, kind: str, prep_s: float, finalize_s: float, *, borrowed: bool) -> None:
+        key = "borrow" if kind == "borrow" else "expand"
+        cost_s = max(0.0, prep_s + finalize_s)
+        self.cost_s[key] = (1 - self.alpha) * self.cost_s[key] + self.alpha * cost_s
 
 
-def make_advisor(policy: Policy, **kwargs: Any) -> Advisor:
-    """The heuristic advisor (the decision-engine advisor plugs in here when present)."""
-    return HeuristicAdvisor(policy, **kwargs)
+def make_advisor(
+    policy: Policy,
+    *,
+    hardware: Any = None,
+    batch_size: int = 64,
+    gpus_per_worker: int = 1,
+    **kwargs: Any,
+) -> Advisor:
+    """The policy's advisor: with a `HardwarePrior` (`hardware`), the decision engine with
+    the runtime tracker and cost gates (`EngineAdvisor`); without one, `HeuristicAdvisor`.
+    Extra keyword arguments go to the advisor's constructor."""
+    if hardware is None:
+        return HeuristicAdvisor(policy, **kwargs)
+    from pearl.control.policies.engine_advisor import EngineAdvisor
+
+    return EngineAdvisor(
+        policy,
+        hardware=hardware,
+        batch_size=batch_size,
+        gpus_per_worker=gpus_per_worker,
+        **kwargs,
+    )

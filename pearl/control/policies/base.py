@@ -63,8 +63,9 @@ class Advisor(Protocol):
     def borrow(self, current: PDConfig | None, target: PDConfig, window_s: float) -> Verdict:
         """Borrow idle training GPUs that would turn `current` into `target` for `window_s`?"""
 
-    def record_switch(self, kind: str, cost_s: float, *, borrowed: bool) -> None:
-        """A measured reconfiguration cost (expansion or borrow activation/return)."""
+    def record_switch(self, kind: str, prep_s: float, finalize_s: float, *, borrowed: bool) -> None:
+        """A measured transition of `kind` (`expand` or `borrow`): `prep_s` from its start
+        until its last worker was ready, `finalize_s` from then until admission."""
 
 
 @dataclass(frozen=True, slots=True)
