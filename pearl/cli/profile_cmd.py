@@ -102,13 +102,17 @@ def fit(
         None, "--gpu", help="GPU spec name (default: the file's meta line, else h100-sxm)."
     ),
     gpus_per_worker: int | None = typer.Option(
-        None, "--gpus-per-worker", min=1, help="GPUs per worker the telemetry was measured on."
+        None, "--gpus-per-worker", help="GPUs per worker the telemetry was measured on."
     ),
     alpha: float = typer.Option(0.5, "--alpha", help="EMA weight of each new rollout step."),
     out: Path | None = typer.Option(None, "--out", help="Also write the profile JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile as one JSON document."),
 ) -> None:
     """Fit a workload profile from telemetry (the input of `pearl decide --profile`)."""
+    if gpus_per_worker is not None and gpus_per_worker < 1:
+        raise InputError(
+            "<argument>", f"must be >= 1, got {gpus_per_worker}", field="--gpus-per-worker"
+        )
     if not 0 < alpha <= 1:
         raise InputError("<argument>", f"must be in (0, 1], got {alpha}", field="--alpha")
     profile = fit_profile(

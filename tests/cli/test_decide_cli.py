@@ -30,8 +30,13 @@ def _bad(args: list[str]) -> str:
     return lines[0]
 
 
-def test_profile_fit_json_feeds_decide(tmp_path):
-    doc = _ok(["profile", "fit", str(TELEMETRY), "--json"])
+@pytest.fixture(scope="module")
+def fitted() -> dict:
+    return _ok(["profile", "fit", str(TELEMETRY), "--json"])
+
+
+def test_profile_fit_json_feeds_decide(tmp_path, fitted):
+    doc = fitted
     prof = WorkloadProfile.from_json(doc)
     assert prof.num_steps == 2 and prof.step_fit.num_samples > 0
     f = tmp_path / "p.json"
@@ -40,9 +45,8 @@ def test_profile_fit_json_feeds_decide(tmp_path):
     assert out["num_workers"] == 8 and out["batch"] == round(prof.batch_size)
 
 
-def test_shipped_profile_matches_shipped_telemetry():
+def test_shipped_profile_matches_shipped_telemetry(fitted):
     """examples/profile.json is what `pearl profile fit examples/telemetry.jsonl` prints."""
-    fitted = _ok(["profile", "fit", str(TELEMETRY), "--json"])
     shipped = json.loads(PROFILE.read_text())
     assert WorkloadProfile.from_json(shipped) == WorkloadProfile.from_json(fitted)
 
@@ -111,6 +115,16 @@ def test_telemetry_negative_tokens(tmp_path):
 )
 def test_bad_arguments(args, field):
     line = _bad(["decide", "--profile", str(PROFILE), *args])
+    assert f"field '{field}'" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [(["--gpus-per-worker", "0"], "--gpus-per-worker"), (["--alpha", "0"], "--alpha"),
+     (["--model", "gpt-9"], "model")],
+)  # fmt: skip
+def test_bad_fit_arguments(args, field):
+    line = _bad(["profile", "fit", str(TELEMETRY), *args])
     assert f"field '{field}'" in line
 
 
