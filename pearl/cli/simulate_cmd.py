@@ -121,10 +121,13 @@ def register(app: typer.Typer) -> None:
             None, "--out", help="Write telemetry.jsonl, decisions.jsonl, summary.json, config.yaml."
         ),
         no_bound: bool = typer.Option(False, "--no-bound", help="Skip the upper bound."),
+        jobs: int = typer.Option(
+            0, "--jobs", min=0, help="Worker processes for independent runs (0: one per CPU)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Simulate policies on a GPU-availability trace and compare their throughput."""
-        from pearl.sim.runner import run_simulation
+        from pearl.sim.runner import default_jobs, run_simulation
 
         cfg = _build_config(
             config,
@@ -153,7 +156,9 @@ def register(app: typer.Typer) -> None:
                     tasks[name] = progress.add_task(name, total=total_s)
                 progress.update(tasks[name], completed=min(now_s, total_s))
 
-            result = run_simulation(cfg, progress=on_progress, with_bound=not no_bound)
+            result = run_simulation(
+                cfg, progress=on_progress, with_bound=not no_bound, jobs=jobs or default_jobs()
+            )
         if out is not None:
             result.write(out)
         doc = result.to_json()

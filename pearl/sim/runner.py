@@ -12,9 +12,13 @@ static ones for `--static-gpus` runs: `fixed:colocated` and `fixed:disagg:P:D`.
 
 from __future__ import annotations
 
+import dataclasses
+import multiprocessing
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,14 +116,23 @@ def trace_actions(cfg: SimConfig) -> tuple[list[TraceAction], float, str]:
 # -- one policy ---------------------------------------------------------------------------------
 @dataclass
 class PolicyRun:
-    """One policy's run: its summary and what is needed for outputs and plots."""
+    """One policy's run: its summary and what outputs and plots need. `world` and
+    `controller` are None for a run made in another process (`slim()`)."""
 
     name: str
     summary: dict[str, Any]
-    world: World
-    controller: Any
     log: DriverLog
     duration_s: float
+    turns: list[Any]
+    worker_steps: list[Any]
+    decisions: list[dict[str, Any]]
+    step_end_times_s: list[float]
+    world: World | None = None
+    controller: Any = None
+
+    def slim(self) -> PolicyRun:
+        """A picklable copy without the live world and controller."""
+        return dataclasses.replace(self, world=None, controller=None)
 
 
 def _group_size(batch: int) -> int:
@@ -169,11 +182,23 @@ def run_policy(
     world, controller, driver, duration = build(
         cfg, name, actions=actions, keep_history=keep_history
     )
-    cb = None if progress is None else (lambda now: progress(name, now, duration))
+    cb = None if progress is None else (lambda now: progress(label, now, duration))
+    label = name if isinstance(name, str) else getattr(name, "name", "policy")
     log = driver.run(duration, cb)
     world.finish(duration)
     summary = summarise(world, log, duration)
-    return PolicyRun(name, summary, world, controller, log, duration)
+    return PolicyRun(
+        label,
+        summary,
+        log,
+        duration,
+        world.finished_turns,
+        world.finished_worker_steps,
+        decision_docs(controller, log),
+        list(world.step_end_times_s),
+        world,
+        controller,
+    )
 
 
 def _controller_class(check_every: int) -> type:
@@ -249,6 +274,12 @@ def summarise(world: World, log: DriverLog, duration_s: float) -> dict[str, Any]
 
 # -- static rates and the bound -------------------------------------------------------------
 _RATE_CACHE: dict[str, StaticRate] = {}
+BOUND_RUN_S = 1800.0  # simulated seconds of each static run behind the bound
+
+
+def _rate_key(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -> str:
+    scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
+    return dump_config(scfg.model_copy(update={"policies": ()})) + policy
 
 
 def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -> StaticRate:
@@ -258,10 +289,10 @@ def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -
     pipeline does not dilute it.
     """
     scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
-    key = dump_config(scfg) + policy
+    key = _rate_key(cfg, num_gpus, policy, duration_s)
     if key not in _RATE_CACHE:
         run = run_policy(scfg, policy, keep_history=False)
-        times = run.world.step_end_times_s
+        times = run.step_end_times_s
         if len(times) >= 2:
             rate = (len(times) - 1) * cfg.rollout.batch_size / (times[-1] - times[0])
         else:
@@ -270,29 +301,36 @@ def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -
     return _RATE_CACHE[key]
 
 
-def bound_for(cfg: SimConfig, actions: list[TraceAction], duration_s: float) -> Bound:
-    """The upper bound of a setting (see pearl.sim.bound): static rates at the reserved and
-    the mean budget, colocated and two P:D splits each."""
-    static = cfg.trace.static_gpus is not None
+def bound_plan(
+    cfg: SimConfig, actions: list[TraceAction], duration_s: float
+) -> list[tuple[int, str, float]]:
+    """The static runs the bound needs: (GPUs, policy, seconds) at the reserved and the
+    mean budget, colocated and two P:D splits each."""
     dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
-    pre_gpu_s = live_gpu_seconds(actions, duration_s)
-    rollout_gpu_s = dedicated * duration_s + pre_gpu_s
+    rollout_gpu_s = dedicated * duration_s + live_gpu_seconds(actions, duration_s)
     mean_gpus = max(1, round(rollout_gpu_s / duration_s))
-    budgets = sorted({dedicated, mean_gpus})
-    rates = []
-    bound_s = min(duration_s, 2400.0)
-    for n in budgets:
+    bound_s = min(duration_s, BOUND_RUN_S)
+    plan = []
+    for n in sorted({dedicated, mean_gpus}):
         names = ["fixed:colocated"]
         if n >= 2:
             names += sorted({f"fixed:disagg:{p}:{n - p}" for p in (max(1, n // 4), n // 2)})
-        rates += [static_rate(cfg, n, name, bound_s) for name in names]
-    step_s = _train_step_s(cfg)
+        plan += [(n, name, bound_s) for name in names]
+    return plan
+
+
+def bound_for(cfg: SimConfig, actions: list[TraceAction], duration_s: float) -> Bound:
+    """The upper bound of a setting (see pearl.sim.bound and `bound_plan`)."""
+    static = cfg.trace.static_gpus is not None
+    dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
+    rollout_gpu_s = dedicated * duration_s + live_gpu_seconds(actions, duration_s)
+    rates = [static_rate(cfg, n, name, d) for n, name, d in bound_plan(cfg, actions, duration_s)]
     return compute_bound(
         rates,
         duration_s=duration_s,
         rollout_gpu_s=rollout_gpu_s,
         num_training_gpus=cfg.cluster.num_training_gpus,
-        train_step_s=step_s,
+        train_step_s=_train_step_s(cfg),
         batch_size=cfg.rollout.batch_size,
         borrowing=(not static) if cfg.trace.borrowing is None else cfg.trace.borrowing,
         max_staleness=cfg.trainer.max_staleness,
@@ -357,10 +395,10 @@ class SimulationResult:
         for r in self.runs:
             paths += write_outputs(
                 out_dir / safe_name(r.name),
-                turns=r.world.finished_turns,
-                worker_steps=r.world.finished_worker_steps,
+                turns=r.turns,
+                worker_steps=r.worker_steps,
                 meta=meta,
-                decisions=decision_docs(r),
+                decisions=r.decisions,
                 summary=_rounded(r.summary),
                 config_yaml=cfg_yaml,
             )
@@ -376,12 +414,12 @@ def safe_name(policy: str) -> str:
     return policy.replace("+", "plus").replace(":", "_").replace("/", "_")
 
 
-def decision_docs(run: PolicyRun) -> list[dict[str, Any]]:
+def decision_docs(controller: Any, log: DriverLog) -> list[dict[str, Any]]:
     """The controller's decisions and every non-route command, in time order."""
     docs: list[dict[str, Any]] = []
-    for d in getattr(run.controller, "decisions", []) or []:
+    for d in getattr(controller, "decisions", []) or []:
         docs.append({"kind": "decision", **_as_doc(d)})
-    for t, c in run.log.command_log:
+    for t, c in log.command_log:
         docs.append(
             {"kind": "command", "t_s": round(t, 3), "command": type(c).__name__, **_as_doc(c)}
         )
@@ -420,18 +458,63 @@ def _rounded(doc: Any) -> Any:
     return doc
 
 
+def _policy_task(cfg: SimConfig, name: str) -> PolicyRun:
+    return run_policy(cfg, name).slim()
+
+
+def _rate_task(cfg: SimConfig, n: int, name: str, duration_s: float) -> tuple[str, StaticRate]:
+    return _rate_key(cfg, n, name, duration_s), static_rate(cfg, n, name, duration_s)
+
+
+def default_jobs() -> int:
+    """Worker processes for independent runs: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def run_simulation(
-    cfg: SimConfig, *, progress: Progress | None = None, with_bound: bool = True
+    cfg: SimConfig,
+    *,
+    progress: Progress | None = None,
+    with_bound: bool = True,
+    jobs: int = 1,
 ) -> SimulationResult:
-    """Every policy of `cfg` on the same world, plus the bound."""
+    """Every policy of `cfg` on the same world, plus the bound.
+
+    With `jobs > 1` the independent runs (one per policy, and the bound's static runs) go
+    to that many worker processes; results are identical to `jobs=1` (each run is a pure
+    function of its config and seed), only progress is reported per finished run.
+    """
     actions, duration, name = trace_actions(cfg)
-    runs = [run_policy(cfg, p, progress=progress) for p in cfg.policies]
-    result = SimulationResult(cfg, name, duration, runs)
+    plan = bound_plan(cfg, actions, duration) if with_bound else []
+    plan = [t for t in plan if _rate_key(cfg, *t) not in _RATE_CACHE]
+    runs: dict[str, PolicyRun] = {}
+    if jobs > 1 and len(cfg.policies) + len(plan) > 1:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            futures = {pool.submit(_policy_task, cfg, p): ("policy", p) for p in cfg.policies}
+            futures.update({pool.submit(_rate_task, cfg, *t): ("rate", t) for t in plan})
+            for fut in as_completed(futures):
+                kind, what = futures[fut]
+                if kind == "policy":
+                    runs[what] = fut.result()
+                else:
+                    key, rate = fut.result()
+                    _RATE_CACHE[key] = rate
+                if progress is not None:
+                    label = what if kind == "policy" else f"bound: {what[1]} on {what[0]}"
+                    progress(label, 1.0, 1.0)
+    else:
+        for p in cfg.policies:
+            runs[p] = run_policy(cfg, p, progress=progress)
+    result = SimulationResult(cfg, name, duration, [runs[p] for p in cfg.policies])
     if with_bound:
         if progress is not None:
             progress("bound", 0.0, 1.0)
         result.bound = bound_for(cfg, actions, duration)
-        for r in runs:
+        for r in result.runs:
             r.summary["fraction_of_bound"] = result.bound.fraction(r.summary["trajectories"])
         if progress is not None:
             progress("bound", 1.0, 1.0)
