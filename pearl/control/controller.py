@@ -26,6 +26,7 @@ from pearl.control import events as ev
 from pearl.control.book import TrajectoryBook
 from pearl.control.policies import get_policy
 from pearl.control.policies.base import Advisor, Policy
+from pearl.control.plan import PDConfig
 from pearl.control.profile import HardwarePrior
 from pearl.control.router import route_queued
 from pearl.control.scheduler import ControllerError, Group
@@ -161,12 +162,11 @@ class Controller(ToggleMixin):
         if n < 1:
             return
         current = self.current_config()
+        target: PDConfig | None = None
         if current is None or current.num_workers != n:
             target = self.advisor.choose(n, current)
         elif self.policy.adapt_pd:
             target = self.advisor.redecide(n, current)
-        else:
-            target = None
         if target is not None and target != current:
             self._replan("switch", urgent=False, target=target)
 
@@ -258,10 +258,10 @@ class Controller(ToggleMixin):
             raise ControllerError(str(err)) from err
         in_groups: set[str] = set()
         for g in self.groups.values():
-            for w in g.worker_ids:
-                if not s.has_worker(w) or s.worker(w).status != Status.INITIALIZING:
-                    raise ControllerError(f"group {g.group_id} is half-admitted ({w})")
-                in_groups.add(w)
+            for wid in g.worker_ids:
+                if not s.has_worker(wid) or s.worker(wid).status != Status.INITIALIZING:
+                    raise ControllerError(f"group {g.group_id} is half-admitted ({wid})")
+                in_groups.add(wid)
         for w in s.workers_with(statuses=(Status.INITIALIZING,)):
             if w.worker_id not in in_groups:
                 raise ControllerError(f"initialising worker {w.worker_id} has no group")
