@@ -24,9 +24,9 @@ from typing import Any
 from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.control.book import TrajectoryBook
+from pearl.control.plan import PDConfig
 from pearl.control.policies import get_policy
 from pearl.control.policies.base import Advisor, Policy
-from pearl.control.plan import PDConfig
 from pearl.control.profile import HardwarePrior
 from pearl.control.router import route_queued
 from pearl.control.scheduler import ControllerError, Group
@@ -266,9 +266,9 @@ class Controller(ToggleMixin):
             if w.worker_id not in in_groups:
                 raise ControllerError(f"initialising worker {w.worker_id} has no group")
         for t in self.book:
-            for w in t.workers:
-                if not s.has_worker(w):
-                    raise ControllerError(f"{t.traj_id} in flight on missing worker {w}")
+            for wid in t.workers:
+                if not s.has_worker(wid):
+                    raise ControllerError(f"{t.traj_id} in flight on missing worker {wid}")
         for gid in self.offered:
             if s.has_gpu(gid):
                 raise ControllerError(f"GPU {gid} both held and offered")
