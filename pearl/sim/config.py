@@ -60,15 +60,21 @@ class TrainerConfig(_Model):
     step_time_s = overhead_s + flops_per_token_factor * active_params * tokens
                   / (num_training_gpus * peak_flops * mfu)
     The factor counts a forward+backward of the policy (6N) plus forward passes for old and
-    reference log-probs (2N each): 10N FLOPs per token. `mfu` is set so that the default
-    workload's batch of 64 trajectories takes about 164 s for Qwen3-8B (paper-notes.md).
+    reference log-probs (2N each): 10N FLOPs per token. `mfu` is an *effective* utilisation
+    over the whole step (attention over long contexts, activation recomputation, gradient
+    and weight communication, packing waste), calibrated so that the default workload's
+    batch of 64 trajectories (mean final context ~27.4K tokens, so ~1.75M tokens) takes about
+    164 s for Qwen3-8B on 16 H100s, the paper's figure (paper-notes.md): 20 s + 145 s.
     """
 
     flops_per_token_factor: float = Field(
         10.0, gt=0, description="Training FLOPs per token as a multiple of active parameters."
     )
     mfu: float = Field(
-        0.25, gt=0, le=1, description="Model FLOPs utilisation of the training GPUs."
+        0.0625,
+        gt=0,
+        le=1,
+        description="Effective model FLOPs utilisation of a training step (calibrated).",
     )
     overhead_s: float = Field(
         20.0, ge=0, description="Fixed per-step time (optimizer, weight gather, logging)."

@@ -79,3 +79,11 @@ def test_offload_refused_while_training() -> None:
     tr.batch_ready(0, 1000)
     assert tr.training and not tr.offload(GPUS)
     assert not tr.lent
+
+
+def test_default_step_time_is_calibrated_to_the_paper() -> None:
+    """Qwen3-8B, 16 training GPUs, a batch of 64 default trajectories: about 164 s."""
+    from pearl.sim.config import SimConfig
+    from pearl.sim.runner import _train_step_s
+
+    assert 150.0 <= _train_step_s(SimConfig()) <= 180.0
