@@ -1,195 +1,28 @@
 """The report of one run directory: report.md plus timeline, reward, throughput and makespan PNGs.
 
-Reads what `pearl.runtime.rundir.RunRecorder` writes (config.yaml, states.jsonl,
-decisions.jsonl, events.jsonl, steps.jsonl, telemetry.jsonl, metrics.json). Every file is
-optional and read leniently: a malformed line (e.g. cut short by a crash) is skipped and
-counted, so the report of a crashed or simulated run still comes out. A simulator run
-directory (telemetry.jsonl, decisions.jsonl, summary.json, config.yaml) gets per-step
-makespans derived from its telemetry.
-
-Steps recorded twice (a resumed run redoes the steps after its last checkpoint) count once:
-the last line of each step wins.
+Reads the run directory through `pearl.report.run_data` (leniently: a crashed run or a
+simulator output folder still gets a report) and writes report.md and the PNGs it links.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import statistics
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from pearl.control.state import ClusterState, StateError
+from pearl.report.run_data import (
+    COUNTED_ONLY,
+    RunData,
+    load_run,
+    num,
+    rel_error,
+    run_metrics,
+    throughput,
+)
 from pearl.report.timeline import plot_series, plot_timeline, segments
 
-# Event kinds that change the cluster or the PD configuration: listed one by one with reasons.
-RECONFIG_KINDS = ("preemption", "expansion", "borrow", "return", "pd_reconfig", "worker_failed")
-# Event kinds that happen per request: only counted.
-COUNTED_ONLY = ("interrupt", "resume")
-
-
-@dataclass
-class RunData:
-    """Everything read from a run directory (lists in file order, steps sorted by step)."""
-
-    run_dir: Path
-    config: dict[str, Any] = field(default_factory=dict)
-    config_text: str = ""
-    states: list[tuple[float, ClusterState]] = field(default_factory=list)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-    skipped_lines: dict[str, int] = field(default_factory=dict)
-
-    def end_s(self) -> float:
-        """The latest time any record mentions (0 if none)."""
-        times = [t for t, _ in self.states]
-        for doc in (*self.decisions, *self.events, *self.steps):
-            t = doc.get("t_s")
-            if _num(t):
-                times.append(float(t))
-        return max(times, default=0.0)
-
-
-def _num(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _read_jsonl(path: Path, data: RunData) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    if not path.is_file():
-        return out
-    bad = 0
-    with path.open() as fh:
-        for line in fh:
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if isinstance(doc, dict):
-                out.append(doc)
-            else:
-                bad += 1
-    if bad:
-        data.skipped_lines[path.name] = data.skipped_lines.get(path.name, 0) + bad
-    return out
-
-
-def _steps_from_telemetry(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rollout step: measured makespan (first queue to last turn end) and trajectories."""
-    by_step: dict[int, list[dict[str, Any]]] = {}
-    for t in turns:
-        if t.get("kind") == "turn" and isinstance(t.get("step"), int):
-            by_step.setdefault(t["step"], []).append(t)
-    out = []
-    for step, ts in sorted(by_step.items()):
-        starts = [t["t_queued_s"] for t in ts if _num(t.get("t_queued_s"))]
-        ends = [
-            t["t_env_end_s"] if _num(t.get("t_env_end_s")) else t.get("t_decode_end_s") for t in ts
-        ]
-        ends = [e for e in ends if _num(e)]
-        doc: dict[str, Any] = {"step": step, "trajectories": len({t.get("traj_id") for t in ts})}
-        if starts and ends:
-            doc["rollout_makespan_s"] = max(ends) - min(starts)
-            doc["t_s"] = max(ends)
-        out.append(doc)
-    return out
-
-
-def load_run(run_dir: Path) -> RunData:
-    """Read a run directory leniently (see the module docstring)."""
-    d = Path(run_dir)
-    data = RunData(d)
-    cfg = d / "config.yaml"
-    if cfg.is_file():
-        data.config_text = cfg.read_text()
-        try:
-            parsed = yaml.safe_load(data.config_text)
-        except yaml.YAMLError:
-            parsed = None
-        data.config = parsed if isinstance(parsed, dict) else {}
-    for doc in _read_jsonl(d / "states.jsonl", data):
-        try:
-            data.states.append((float(doc["t_s"]), ClusterState.from_json(doc["state"])))
-        except (KeyError, TypeError, ValueError, StateError):
-            data.skipped_lines["states.jsonl"] = data.skipped_lines.get("states.jsonl", 0) + 1
-    data.states.sort(key=lambda ts: ts[0])
-    data.decisions = _read_jsonl(d / "decisions.jsonl", data)
-    data.events = [
-        e for e in _read_jsonl(d / "events.jsonl", data) if isinstance(e.get("kind"), str)
-    ]
-    steps = _read_jsonl(d / "steps.jsonl", data)
-    if not steps and (d / "telemetry.jsonl").is_file():
-        steps = _steps_from_telemetry(_read_jsonl(d / "telemetry.jsonl", data))
-    last: dict[int, dict[str, Any]] = {}
-    for s in steps:
-        if isinstance(s.get("step"), int):
-            last[s["step"]] = s  # a resumed run's redo of a step replaces the first try
-    data.steps = [last[k] for k in sorted(last)]
-    for name in ("metrics.json", "summary.json"):
-        p = d / name
-        if p.is_file() and not data.summary:
-            try:
-                doc = json.loads(p.read_text())
-            except json.JSONDecodeError:
-                continue
-            if isinstance(doc, dict):
-                inner = doc.get("summary")
-                data.summary = inner if isinstance(inner, dict) else doc
-    return data
-
-
-# -- derived figures ----------------------------------------------------------------------
-
-
-def throughput(step: dict[str, Any]) -> float | None:
-    """Trajectories per second of a step's rollout (None if not measurable)."""
-    n, m = step.get("trajectories"), step.get("rollout_makespan_s")
-    return n / m if _num(n) and _num(m) and m > 0 else None
-
-
-def rel_error(step: dict[str, Any]) -> float | None:
-    """(predicted - measured) / measured rollout makespan of a step (None if unknown)."""
-    p, m = step.get("predicted_makespan_s"), step.get("rollout_makespan_s")
-    return (p - m) / m if _num(p) and _num(m) and m > 0 else None
-
-
-def event_counts(events: list[dict[str, Any]]) -> dict[str, int]:
-    """Events per kind, every known kind present (0 when none)."""
-    counts = {k: 0 for k in (*RECONFIG_KINDS, *COUNTED_ONLY)}
-    for e in events:
-        counts[e["kind"]] = counts.get(e["kind"], 0) + 1
-    return counts
-
-
-def run_metrics(run: RunData) -> dict[str, Any]:
-    """The per-step series, the event counts and the makespan-prediction error of a run."""
-    keys = ("reward_mean", "version", "rollout_makespan_s", "predicted_makespan_s")
-    series: dict[str, list[Any]] = {"step": [s["step"] for s in run.steps]}
-    for k in (*keys, "trajectories", "tokens", "t_s", "wall_s"):
-        if any(k in s for s in run.steps):
-            series[k] = [s.get(k) for s in run.steps]
-    series["trajectories_per_s"] = [throughput(s) for s in run.steps]
-    errs = [e for e in (rel_error(s) for s in run.steps) if e is not None]
-    return {
-        "num_steps": len(run.steps),
-        "series": series,
-        "event_counts": event_counts(run.events),
-        "makespan_prediction": {
-            "num_steps": len(errs),
-            "median_abs_rel_error": statistics.median(abs(e) for e in errs) if errs else None,
-            "median_rel_error": statistics.median(errs) if errs else None,
-        },
-    }
-
+__all__ = ["build_report", "load_run", "render_markdown", "run_metrics"]
 
 # -- the report ---------------------------------------------------------------------------
 
@@ -312,6 +145,10 @@ def _decision_lines(decisions: list[dict[str, Any]], limit: int = 60) -> list[st
     return lines
 
 
+def _nan_for_none(xs: list[float | None]) -> list[float]:
+    return [math.nan if x is None else x for x in xs]
+
+
 def _plots(run: RunData) -> dict[str, str]:
     """Draw the PNGs the data allows; returns {title: file name}."""
     out: dict[str, str] = {}
@@ -321,25 +158,20 @@ def _plots(run: RunData) -> dict[str, str]:
         plot_timeline(segs, d / "timeline.png", title="devices: zone, role and status over time")
         out["Timeline of every device"] = "timeline.png"
     xs = [float(s["step"]) for s in run.steps]
-    rewards = [s.get("reward_mean") for s in run.steps]
-    if any(_num(r) for r in rewards):
-        vals = [float(r) if _num(r) else math.nan for r in rewards]
-        plot_series(xs, {"mean reward": vals}, d / "reward.png", xlabel="step", title="reward")
+    rewards = [num(s.get("reward_mean")) for s in run.steps]
+    if any(r is not None for r in rewards):
+        series: dict[str, Sequence[float]] = {"mean reward": _nan_for_none(rewards)}
+        plot_series(xs, series, d / "reward.png", xlabel="step", title="reward")
         out["Reward per step"] = "reward.png"
     tput = [throughput(s) for s in run.steps]
     if any(t is not None for t in tput):
-        vals = [math.nan if t is None else t for t in tput]
-        plot_series(
-            xs, {"trajectories/s": vals}, d / "throughput.png", xlabel="step", title="throughput"
-        )
+        series = {"trajectories/s": _nan_for_none(tput)}
+        plot_series(xs, series, d / "throughput.png", xlabel="step", title="throughput")
         out["Rollout throughput per step"] = "throughput.png"
-    meas = [s.get("rollout_makespan_s") for s in run.steps]
-    pred = [s.get("predicted_makespan_s") for s in run.steps]
-    if any(_num(p) for p in pred) and any(_num(m) for m in meas):
-        series = {
-            "measured": [float(m) if _num(m) else math.nan for m in meas],
-            "predicted": [float(p) if _num(p) else math.nan for p in pred],
-        }
+    meas = [num(s.get("rollout_makespan_s")) for s in run.steps]
+    pred = [num(s.get("predicted_makespan_s")) for s in run.steps]
+    if any(p is not None for p in pred) and any(m is not None for m in meas):
+        series = {"measured": _nan_for_none(meas), "predicted": _nan_for_none(pred)}
         plot_series(xs, series, d / "makespan.png", xlabel="step", title="rollout makespan (s)")
         out["Rollout makespan, measured vs predicted"] = "makespan.png"
     return out
@@ -381,7 +213,7 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
     reconfig = [e for e in run.events if e["kind"] not in COUNTED_ONLY]
     if reconfig:
         lines += ["### Events", ""]
-        for e in sorted(reconfig, key=lambda e: e.get("t_s") if _num(e.get("t_s")) else 0.0):
+        for e in sorted(reconfig, key=lambda e: num(e.get("t_s")) or 0.0):
             lines.append(
                 f"- t={_fmt(e.get('t_s'), 1)} s **{e['kind']}**: "
                 f"{e.get('reason') or '(no reason given)'}{_detail(e)}"
