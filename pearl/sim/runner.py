@@ -77,20 +77,16 @@ def make_policy(name: str) -> Any:
         raise InputError("<argument>", str(msg), field="--policies") from None
 
 
-def make_advisor(policy: Any, cfg: SimConfig) -> Any:
-    """The policy's advisor, given the hardware prior when the policy can use one."""
-    try:
-        from pearl.control.profile import HardwarePrior
-        from pearl.specs import get_gpu, get_model
+def hardware_prior(cfg: SimConfig) -> Any:
+    """The decision engine's hardware prior for the configured model and GPU."""
+    from pearl.control.profile import HardwarePrior
+    from pearl.specs import get_gpu, get_model
 
-        prior = HardwarePrior.from_specs(
-            get_model(cfg.cluster.model),
-            get_gpu(cfg.cluster.gpu),
-            gpus_per_worker=cfg.cluster.gpus_per_worker,
-        )
-        return policy.make_advisor(prior=prior)
-    except TypeError:
-        return policy.make_advisor()
+    return HardwarePrior.from_specs(
+        get_model(cfg.cluster.model),
+        get_gpu(cfg.cluster.gpu),
+        gpus_per_worker=cfg.cluster.gpus_per_worker,
+    )
 
 
 # -- the trace ----------------------------------------------------------------------------------
@@ -165,7 +161,7 @@ def build(
         group_size=_group_size(cfg.rollout.batch_size),
         gpus_per_worker=cfg.cluster.gpus_per_worker,
         training_gpus=world.training_gpus if borrowing else (),
-        advisor=make_advisor(policy, cfg),
+        hardware=hardware_prior(cfg),
     )
     return world, controller, Driver(world, controller, keep_history=keep_history), duration
 
