@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from pearl.cli.common import console, guarded, print_json
+from pearl.cli.common import console, err_console, guarded, print_json
 from pearl.errors import InputError
 
 
@@ -91,11 +91,26 @@ def register(app: typer.Typer) -> None:
 
         from pearl.runtime import driver  # imports Ray: only now
 
-        summary = driver.run(cfg, out_dir=out_dir, resume=resume is not None, live=not no_live)
+        try:
+            summary = driver.run(cfg, out_dir=out_dir, resume=resume is not None, live=not no_live)
+        except KeyboardInterrupt:
+            err_console.print(
+                f"interrupted; continue with: pearl run --resume {out_dir}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(code=130) from None
         doc: dict[str, Any] = dict(summary or {})
         doc.setdefault("out_dir", str(out_dir))
         doc.setdefault("report", str(Path(out_dir) / REPORT_FILE))
         if as_json:
             print_json(doc)
             return
-        console.print(f"run directory: {doc['out_dir']}\nreport: {doc['report']}", highlight=False)
+        for key, value in doc.items():
+            if key not in ("out_dir", "report") and isinstance(value, str | int | float | bool):
+                console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
+        console.print(
+            f"run directory: {doc['out_dir']}\nreport: {doc['report']}",
+            highlight=False,
+            soft_wrap=True,
+        )

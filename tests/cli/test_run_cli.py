@@ -132,3 +132,17 @@ def test_pearl_help_does_not_import_ray():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0 and res.stdout.strip() == "False", res.stderr
+
+
+def test_ctrl_c_says_how_to_resume(tmp_path, monkeypatch):
+    def run(cfg, *, out_dir, resume, live):
+        RunRecorder(out_dir, dump_run_config(cfg)).close()
+        raise KeyboardInterrupt
+
+    fake = types.ModuleType("pearl.runtime.driver")
+    fake.run = run
+    monkeypatch.setitem(sys.modules, "pearl.runtime.driver", fake)
+    monkeypatch.setattr(pearl.runtime, "driver", fake, raising=False)
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", str(_config(tmp_path)), "--out", str(out)])
+    assert res.exit_code == 130 and f"pearl run --resume {out}" in res.output
