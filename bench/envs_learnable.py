@@ -13,6 +13,7 @@ first and last fifth of training, for each seed.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -148,7 +149,8 @@ def main() -> None:
             f"Minimal GRPO (one on-policy step per batch of {args.tasks} tasks x {args.group} "
             f"samples, {args.tokens} sampled bytes per turn, Adam lr {args.lr}) on the tiny "
             f"byte-level Qwen3 from random init, {args.iters} steps. Mean episode return; "
-            f"reference: oracle {oracle:.3f}, random bytes {noise:.3f}. {machine_line()}.",
+            f"reference: oracle {oracle:.3f}, random bytes {noise:.3f}. {machine_line()}; "
+            f"1-min load average at the end {os.getloadavg()[0]:.1f} (wall times are noisy).",
             "",
             "| seed | first fifth | last fifth | wall s |",
             "|---|---|---|---|",

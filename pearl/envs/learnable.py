@@ -28,6 +28,7 @@ and ignored), so every sample of a GRPO group faces the same secret.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from collections.abc import Sequence
@@ -64,7 +65,7 @@ class GuessEnv:
 
     def __init__(self, config: GuessConfig | None = None, **overrides: int | float) -> None:
         base = config or GuessConfig()
-        self.config = GuessConfig(**{**_fields(base), **overrides}) if overrides else base
+        self.config = dataclasses.replace(base, **overrides) if overrides else base  # type: ignore[arg-type]
         self.num_tasks = self.config.num_tasks
         self.max_turns = self.config.max_turns
         self._secret: int | None = None
@@ -165,7 +166,3 @@ def random_digit_policy(seed: int, num_values: int = 10) -> Policy:
         return f"guess {rng.randrange(num_values)}"
 
     return act
-
-
-def _fields(cfg: GuessConfig) -> dict[str, int | float]:
-    return {name: getattr(cfg, name) for name in cfg.__dataclass_fields__}

@@ -231,8 +231,11 @@ class EnvPool:
         """Results that finished (at least one unless `timeout_s` passes; [] if none pending)."""
         if not self._pending:
             return []
+        done: list[Any]
+        results: list[EnvResult]
         if self.backend == "thread":
-            done, _ = cf.wait(list(self._pending), timeout_s, cf.FIRST_COMPLETED)
+            finished, _ = cf.wait(list(self._pending), timeout_s, cf.FIRST_COMPLETED)
+            done = list(finished)
             results = [fut.result() for fut in done]
         else:
             import ray
@@ -240,7 +243,7 @@ class EnvPool:
             ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=timeout_s)
             more, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0)
             done = list(dict.fromkeys([*ready, *more]))
-            results = ray.get(done)
+            results = list(ray.get(done))
         for handle in done:
             self._busy.discard(self._pending.pop(handle))
         results.sort(key=lambda r: (r.record.t_end_s, r.traj_id))
@@ -312,11 +315,12 @@ class EnvPool:
         if traj_id in self._busy:
             raise EnvPoolError(f"trajectory '{traj_id}' already has an operation in flight")
         host = self._hosts[self._placement[traj_id]]
-        now = time.time()
+        call_args = (traj_id, *args, time.time())
+        handle: Any
         if self.backend == "thread":
-            handle = self._executor.submit(getattr(host, kind), traj_id, *args, now)
+            handle = self._executor.submit(getattr(host, kind), *call_args)
         else:
-            handle = getattr(host, kind).remote(traj_id, *args, now)
+            handle = getattr(host, kind).remote(*call_args)
         self._pending[handle] = traj_id
         self._busy.add(traj_id)
 

@@ -111,7 +111,8 @@ def test_placement_balances_sessions():
 def ray_cluster():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": never attach to a cluster someone started with `ray start` on this machine
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 

@@ -219,7 +219,8 @@ class _Reader(threading.Thread):
 
     def run(self) -> None:
         assert self.proc.stdout is not None
-        while chunk := self.proc.stdout.read1(65536):
+        fd = self.proc.stdout.fileno()
+        while chunk := os.read(fd, 65536):
             self.total += len(chunk)
             if len(self.head) < self.head_cap:
                 self.head += chunk[: self.head_cap - len(self.head)]
