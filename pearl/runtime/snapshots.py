@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from pearl.runtime.kv_transfer import decode_tensors, encode_tensors, payload_num_bytes
+if TYPE_CHECKING:  # imported lazily: the registry actor's process needs no torch
+    import torch
 
 REGISTRY_NAME = "pearl_snapshots"
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
@@ -67,6 +66,8 @@ def publish_weights(
     """
     import ray
 
+    from pearl.runtime.kv_transfer import encode_tensors, payload_num_bytes
+
     if version < 0:
         raise ValueError(f"version must not be negative, got {version}")
     encoded = {name: encode_tensors(t) for name, t in state_dict.items()}
@@ -103,6 +104,8 @@ def shard_names(sizes: Mapping[str, int], shard_bytes: int) -> list[tuple[str, .
 def fetch_weights(snapshot: Snapshot) -> dict[str, torch.Tensor]:
     """All tensors of `snapshot` (read-only views on the object store's shared memory)."""
     import ray
+
+    from pearl.runtime.kv_transfer import decode_tensors
 
     objects = ray.get([ref for _, ref in snapshot.shards])
     out: dict[str, torch.Tensor] = {}
