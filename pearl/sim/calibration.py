@@ -91,6 +91,9 @@ class ColocatedMix:
     num_preemptions: int
     num_evictions: int
     mean_decode_batch: float
+    num_turns: int
+    num_segments: int  # worker segments simulated (simulation cost)
+    num_iterations: int  # model iterations they stand for
 
 
 def colocated_mix(
@@ -178,4 +181,7 @@ def colocated_mix(
         num_preemptions=sum(w.stats.num_preemptions for w in workers),
         num_evictions=sum(w.cache.num_evictions for w in workers),
         mean_decode_batch=sum(w.stats.decode_seq_steps for w in workers) / max(dec_iters, 1),
+        num_turns=sum(t.num_turns for t in trajs),
+        num_segments=sum(w.stats.num_segments for w in workers),
+        num_iterations=sum(w.stats.num_iterations for w in workers),
     )

@@ -33,6 +33,7 @@ Driving contract (one worker, times non-decreasing across calls):
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_right
 from collections import deque
@@ -79,7 +80,13 @@ class InferenceWorker:
         self._t = now_s  # last iteration boundary (or last idle time)
         self._waiting: deque[Seq] = deque()
         self._prefilling: list[Seq] = []
-        self._decoding: list[Seq] = []
+        # Decoding requests by admission number. Their generated/kv counters are kept lazily:
+        # every iteration includes every decoding request, so a request that joined at
+        # decode step d0 has advanced by (self._dstep - d0); `_finish_heap` orders them by
+        # the decode step at which they finish. `Seq.sync` materialises the counters.
+        self._decoding: dict[int, Seq] = {}
+        self._dstep = 0
+        self._finish_heap: list[tuple[int, int, Seq]] = []
         self._ctx_sum = 0  # sum of the decoding requests' KV tokens
         self._kv_active = 0  # KV tokens allocated to admitted requests
         self._seg: Segment | None = None
@@ -119,7 +126,7 @@ class InferenceWorker:
 
     def in_flight(self) -> list[tuple[int, int]]:
         """(traj_id, turn) of every request on this worker."""
-        seqs = [*self._waiting, *self._prefilling, *self._decoding]
+        seqs = [*self._waiting, *self._prefilling, *self._decoding.values()]
         return [(s.req.traj_id, s.req.turn) for s in seqs]
 
     # -- driving ---------------------------------------------------------------------------
@@ -177,8 +184,10 @@ class InferenceWorker:
             self._seg = None
         self._t = max(self._t, now_s)
         out: list[Partial] = []
+        for s in self._decoding.values():
+            s.sync(self._dstep)
         for phase, seqs in (
-            (Phase.DECODE, self._decoding),
+            (Phase.DECODE, list(self._decoding.values())),
             (Phase.PREFILL, self._prefilling),
             (Phase.QUEUED, list(self._waiting)),
         ):
@@ -202,6 +211,7 @@ class InferenceWorker:
         self._waiting.clear()
         self._prefilling.clear()
         self._decoding.clear()
+        self._finish_heap.clear()
         self._ctx_sum = 0
         self._kv_active = 0
         return out
@@ -296,9 +306,10 @@ class InferenceWorker:
         return free >= need_tokens
 
     def _preempt_last(self) -> int:
-        victim = max([*self._decoding, *self._prefilling], key=lambda s: s.admit_no)
+        victim = max([*self._decoding.values(), *self._prefilling], key=lambda s: s.admit_no)
         if victim.in_decode:
-            self._decoding.remove(victim)
+            victim.sync(self._dstep)
+            del self._decoding[victim.admit_no]
             self._ctx_sum -= victim.kv
         else:
             self._prefilling.remove(victim)
@@ -350,9 +361,7 @@ class InferenceWorker:
             self._waiting.popleft()
             running += 1
             if s.prefilled:  # KV arrived (decode worker): decode from this iteration on
-                s.start_decode(t)
-                self._decoding.append(s)
-                self._ctx_sum += s.kv
+                self._join_decode(s, t)
                 budget -= 1
             else:
                 s.t_prefill_start_s = t
@@ -380,7 +389,7 @@ class InferenceWorker:
         return max(1, min(want, self._free_tokens() // d))
 
     def _decode_stretch(self, t: float, d: int) -> Segment:
-        k = min(s.left for s in self._decoding)
+        k = self._min_decode_left()
         k = self._growth_steps(d, k)
         seg = Segment(t, d, self._ctx_sum, None, k)
         seg.end_s = t + self.hw.decode_stretch_time_s(d, self._ctx_sum, k)
@@ -392,7 +401,7 @@ class InferenceWorker:
             s, n = chunks[0]
             full = (s.prefill_left - 1) // n  # identical iterations before the final chunk
             if full > 1:
-                want = min([full] + [x.left for x in self._decoding])
+                want = min(full, self._min_decode_left()) if d else full
                 iters = self._growth_steps(d, want)
         seg = Segment(t, d, self._ctx_sum, chunks, iters)
         hw = self.hw
@@ -431,6 +440,7 @@ class InferenceWorker:
         t_end = seg.start_s + self._seg_time(seg, n)
         d = seg.d
         st = self.stats
+        st.num_segments += 1
         st.num_iterations += n
         st.busy_s += t_end - seg.start_s
         if d:
@@ -438,9 +448,7 @@ class InferenceWorker:
             st.decode_tokens += d * n
             st.decode_seq_steps += d * n
             st.decode_context_steps += n * seg.ctx0 + d * n * (n - 1) / 2
-            for s in self._decoding:
-                s.generated += n
-                s.kv += n
+            self._dstep += n
             self._ctx_sum += d * n
             self._kv_active += d * n
         self._t = t_end
@@ -453,23 +461,33 @@ class InferenceWorker:
                 s.new_prefill += c * n
                 if s.prefill_done >= s.prompt:
                     finished_prefill.append(s)
-        if d:
-            still: list[Seq] = []
-            for s in self._decoding:
-                if s.left <= 0:
-                    self._finish(s, t_end)
-                else:
-                    still.append(s)
-            self._decoding = still
+        heap = self._finish_heap
+        while heap and heap[0][0] <= self._dstep:
+            _, no, s = heapq.heappop(heap)
+            if self._decoding.get(no) is s:  # else stale (preempted since)
+                del self._decoding[no]
+                s.sync(self._dstep)
+                self._finish(s, t_end)
         for s in finished_prefill:
             self._prefilling.remove(s)
             s.finish_prefill(t_end)
             if self.role == Role.PREFILL or s.left <= 0:
                 self._finish(s, t_end)
             else:
-                s.start_decode(t_end)
-                self._decoding.append(s)
-                self._ctx_sum += s.kv
+                self._join_decode(s, t_end)
+
+    def _join_decode(self, s: Seq, t_s: float) -> None:
+        s.start_decode(t_s, self._dstep)
+        self._decoding[s.admit_no] = s
+        self._ctx_sum += s.kv
+        heapq.heappush(self._finish_heap, (s.d_finish, s.admit_no, s))
+
+    def _min_decode_left(self) -> int:
+        """Decode steps until the first decoding request finishes (>= 1)."""
+        heap = self._finish_heap
+        while self._decoding.get(heap[0][1]) is not heap[0][2]:
+            heapq.heappop(heap)  # stale entry of a preempted request
+        return heap[0][0] - self._dstep
 
     def _finish(self, s: Seq, t_end: float) -> None:
         r = s.req

@@ -33,6 +33,10 @@ class Seq:
         "t_prefill_start_s",
         "t_prefill_end_s",
         "t_decode_start_s",
+        "d0",
+        "g0",
+        "k0",
+        "d_finish",
     )
 
     def __init__(self, req: Request, t_submit_s: float, *, prefilled: bool) -> None:
@@ -53,6 +57,7 @@ class Seq:
         self.t_prefill_start_s: float | None = None
         self.t_prefill_end_s: float | None = None
         self.t_decode_start_s: float | None = None
+        self.d0 = self.g0 = self.k0 = self.d_finish = 0
 
     @property
     def left(self) -> int:
@@ -77,10 +82,19 @@ class Seq:
         self.cached = cached_tokens
         self.prefill_done = self.prompt if self.prefilled else cached_tokens
 
-    def start_decode(self, t_s: float) -> None:
+    def start_decode(self, t_s: float, dstep: int) -> None:
+        """Join the decode batch at the worker's decode step `dstep`."""
         self.in_decode = True
         if self.t_decode_start_s is None:
             self.t_decode_start_s = t_s
+        self.d0, self.g0, self.k0 = dstep, self.generated, self.kv
+        self.d_finish = dstep + self.req.decode_tokens - self.generated
+
+    def sync(self, dstep: int) -> None:
+        """Materialise generated/kv at the worker's decode step `dstep` (decoding only)."""
+        if self.in_decode:
+            self.generated = self.g0 + dstep - self.d0
+            self.kv = self.k0 + dstep - self.d0
 
     def finish_prefill(self, t_s: float) -> None:
         self.t_prefill_end_s = t_s
@@ -133,6 +147,7 @@ class WorkerStats:
     decode_seq_steps: int = 0
     decode_context_steps: float = 0.0
     num_preemptions: int = 0
+    num_segments: int = 0  # segments applied (cost of the simulation, not of the GPU)
 
     def snapshot(self) -> tuple[float, ...]:
         """The counters in `StepStats` order (num_iterations .. decode_context_steps)."""
