@@ -172,12 +172,12 @@ def event_counts(events: list[dict[str, Any]]) -> dict[str, int]:
 
 def run_metrics(run: RunData) -> dict[str, Any]:
     """The per-step series, the event counts and the makespan-prediction error of a run."""
-    keys = ("reward_mean", "version", "rollout_makespan_s", "predicted_makespan_s")
+    keys = dict.fromkeys(k for s in run.steps for k, v in s.items() if num(v) is not None)
     series: dict[str, list[Any]] = {"step": [s["step"] for s in run.steps]}
-    for k in (*keys, "trajectories", "tokens", "t_s", "wall_s"):
-        if any(k in s for s in run.steps):
-            series[k] = [s.get(k) for s in run.steps]
+    for k in keys:  # every numeric per-step metric, in first-seen order
+        series.setdefault(k, [num(s.get(k)) for s in run.steps])
     series["trajectories_per_s"] = [throughput(s) for s in run.steps]
+    series["makespan_rel_error"] = [rel_error(s) for s in run.steps]
     errs = [e for e in (rel_error(s) for s in run.steps) if e is not None]
     return {
         "num_steps": len(run.steps),
