@@ -7,7 +7,12 @@ environment; and the *tail trajectory*, the one that finished last: `T_tail` tur
 totals of new prefill tokens, decode tokens `D_tail` and environment seconds `E_tail`) and
 the fitted per-worker costs (`PerfParams`):
 
-* prefill of a turn `t_pf = a + b_p*n_p + c_attn*n_p*K`; KV of a turn `t_kv = lat + K*kv_bytes*s`;
+* prefill of a turn `t_pf = a + (b_p + c_attn*K) * (n_p + n_c*(1-h))`, where `n_c` tokens
+  per turn came from the prefix cache in the telemetry and `h = min(1, W*H_max / (B*K_seq))`
+  is the share of the batch's working set that the prefix caches of the W workers that
+  prefill (all N colocated, the p prefill workers) can hold: a cache too small for the
+  batch's contexts evicts them, and evicted prefixes are prefilled again (paper-notes
+  §6.1); KV of a turn `t_kv = lat + K*kv_bytes*s`;
 * decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, H_max/K_dec)`:
   trajectories waiting on the environment do not decode, trajectories that finished early
   (they run T of the tail's T_tail turns) no longer do, and KV memory caps the batch;
@@ -78,11 +83,15 @@ class _Workload:
     batch: float
     turns: float
     tail_turns: float
-    tail_prefill_s: float
+    tail_new_tokens: float
+    tail_cached_tokens: float
     tail_decode_tokens: float
     tail_env_s: float
     live: float
-    t_pf: float
+    n_new: float
+    n_cached: float
+    ctx: float
+    working_set: float
     t_kv: float
     n_d: float
     ctx_dec: float
@@ -97,6 +106,8 @@ class _Workload:
     step_a: float
     step_b: float
     step_c: float
+    prefill_b: float
+    prefill_c: float
 
 
 def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) -> _Workload:
@@ -113,13 +124,15 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         batch=float(batch),
         turns=profile.turns_per_traj_mean,
         tail_turns=tail_turns,
-        tail_prefill_s=tail_turns * perf.step_overhead_s
-        + perf.prefill_s_per_token * profile.tail_new_prefill_tokens
-        + perf.prefill_s_per_token_ctx * profile.tail_new_prefill_tokens * ctx,
+        tail_new_tokens=profile.tail_new_prefill_tokens,
+        tail_cached_tokens=tail_turns * profile.cached_prefix_tokens_per_turn,
         tail_decode_tokens=profile.tail_decode_tokens,
         tail_env_s=profile.tail_env_s,
         live=min(1.0, max(0.05, profile.turns_per_traj_mean / tail_turns)),
-        t_pf=perf.prefill_s(profile.new_prefill_tokens_per_turn, ctx),
+        n_new=profile.new_prefill_tokens_per_turn,
+        n_cached=profile.cached_prefix_tokens_per_turn,
+        ctx=ctx,
+        working_set=batch * (ctx + n_d),
         t_kv=perf.kv_transfer_s(ctx * hw.kv_bytes_per_token),
         n_d=n_d,
         ctx_dec=ctx + n_d / 2.0,
@@ -134,6 +147,8 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         step_a=perf.step_overhead_s,
         step_b=perf.decode_s_per_seq,
         step_c=perf.decode_s_per_ctx_token,
+        prefill_b=perf.prefill_s_per_token,
+        prefill_c=perf.prefill_s_per_token_ctx,
     )
 
 
@@ -143,6 +158,19 @@ def _interrupted_path(
     """Solve M = A + C*M/(M-P) for the root M > max(A, P) (see module docstring)."""
     s = np.asarray(a + c + p, dtype=float)
     return (s + np.sqrt(np.maximum(s * s - 4.0 * np.multiply(a, p), 0.0))) / 2.0
+
+
+def _prefill(w: _Workload, cache_workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-turn prefill time, the tail's total prefill time and the prefix-cache hit share
+    when `cache_workers` workers keep the prefix caches (see module docstring)."""
+    room = cache_workers * w.h_max
+    hit = np.minimum(1.0, room / w.working_set) if w.working_set > 0 else np.ones_like(room)
+    per_token = w.prefill_b + w.prefill_c * w.ctx
+    t_pf = w.step_a + per_token * (w.n_new + w.n_cached * (1.0 - hit))
+    tail = w.tail_turns * w.step_a + per_token * (
+        w.tail_new_tokens + w.tail_cached_tokens * (1.0 - hit)
+    )
+    return t_pf, tail, hit
 
 
 def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -157,10 +185,10 @@ def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
 def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
     """Colocated makespan for worker counts `n` (paper §4.3.1: PD serialised per GPU)."""
     n = np.asarray(n, dtype=float)
-    prefill = w.batch * w.turns * w.t_pf / n
+    t_pf, own_prefill, hit = _prefill(w, n)
+    prefill = w.batch * w.turns * t_pf / n
     b, t_step, decode = _decode(w, n)
     tput = prefill + decode
-    own_prefill = w.tail_prefill_s
     own_decode = w.tail_decode_tokens * t_step
     env = w.tail_env_s
     crit = _interrupted_path(own_prefill + env, own_decode, prefill)
@@ -172,6 +200,7 @@ def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
         "decode_s": decode,
         "interference_s": crit - own_prefill - own_decode - env,
         "env_s": np.full_like(n, env),
+        "prefix_hit_share": hit,
         "decode_batch": b,
         "decode_step_s": t_step,
     }
@@ -181,16 +210,16 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
     """Disaggregated makespan for prefill counts `p` and decode counts `d` (same shape)."""
     p = np.asarray(p, dtype=float)
     d = np.asarray(d, dtype=float)
-    prefill = w.batch * w.turns * w.t_pf / p
+    t_pf, own_prefill, hit = _prefill(w, p)
+    prefill = w.batch * w.turns * t_pf / p
     kv_link = w.batch * w.turns * w.t_kv / p
     prefill_path = np.maximum(prefill, kv_link)
     b, t_step, decode = _decode(w, d)
     own_decode = w.tail_decode_tokens * t_step
     decode_path = np.maximum(decode, own_decode)
-    own_prefill = w.tail_prefill_s
     kv = w.tail_turns * w.t_kv
     env = w.tail_env_s
-    crit = _interrupted_path(kv + own_decode + env, np.full_like(p, own_prefill), prefill_path)
+    crit = _interrupted_path(kv + own_decode + env, own_prefill, prefill_path)
     tput = np.maximum(prefill_path, decode)
     return {
         "makespan_s": np.maximum(tput, crit),
@@ -201,6 +230,7 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
         "kv_transfer_s": np.full_like(p, kv),
         "queueing_s": crit - own_prefill - kv - own_decode - env,
         "env_s": np.full_like(p, env),
+        "prefix_hit_share": hit,
         "decode_batch": b,
         "decode_step_s": t_step,
     }

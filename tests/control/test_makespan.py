@@ -98,6 +98,27 @@ def test_disaggregated_hand_computed():
     assert b["queueing_s"] == pytest.approx(crit - 1.1 - 1.0 - 10.0 - 10.0)
 
 
+def test_small_prefix_cache_prefills_evicted_context_again():
+    """H_max = 4,400 tokens per worker, working set B*K_seq = 8*1,100: one worker keeps half
+    the prefixes, so half of the 1,000 cached tokens per turn are prefilled again."""
+    hw = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e9 + 4400.0, usable_memory_fraction=1.0)
+    p = simple_profile(hardware=hw, cached_prefix_tokens_per_turn=1000, context_tokens_mean=2000,
+                       context_tokens_p90=2000)  # fmt: skip
+    one = predict(
+        PDConfig.colocated(1), simple_profile(hardware=hw, cached_prefix_tokens_per_turn=1000), 8
+    )
+    assert one.breakdown["prefix_hit_share"] == pytest.approx(0.5)
+    # t_pf = 0.01 + 1e-4 * (1000 + 1000 * 0.5) = 0.16 s; 8 trajectories * 10 turns
+    assert one.breakdown["prefill_s"] == pytest.approx(8 * 10 * 0.16)
+    two = predict(
+        PDConfig.colocated(2), simple_profile(hardware=hw, cached_prefix_tokens_per_turn=1000), 8
+    )
+    assert two.breakdown["prefix_hit_share"] == 1.0
+    assert two.breakdown["prefill_s"] == pytest.approx(8 * 10 * 0.11 / 2)
+    split = predict(PDConfig.disaggregated(1, 3), p, 8).breakdown
+    assert split["prefix_hit_share"] == pytest.approx(4400 / (8 * 2100))
+
+
 def test_early_finishers_shrink_decode_batch():
     """A tail of 20 turns against a mean of 10: half the batch has finished on average."""
     p = simple_profile(tail_turns=20)
