@@ -15,11 +15,20 @@ D seconds, R rollout GPU-seconds, N_t training GPUs and rate r:
 and rollout can be at most `max_staleness + 1` batches ahead of the trainer, which trains at
 most D / t_step batches:
 the bound is the smaller of the two.
+
+`bound_for(cfg, actions, duration_s)` measures the static rates by simulation (`bound_plan`
+lists the runs; results are cached per setting in `RATE_CACHE`) and computes the bound.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pearl.sim.playback import TraceAction, live_gpu_seconds
+
+if TYPE_CHECKING:
+    from pearl.sim.config import SimConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,4 +113,90 @@ def compute_bound(
         num_training_gpus=n_t,
         train_step_s=train_step_s,
         limited_by=limited_by,
+    )
+
+
+# -- measuring the static rates (simulation) -----------------------------------------------
+RATE_CACHE: dict[str, StaticRate] = {}
+BOUND_RUN_S = 1800.0  # simulated seconds of each static run behind the bound
+
+
+def rate_key(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -> str:
+    from pearl.sim.config import dump_config
+
+    scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
+    return dump_config(scfg.model_copy(update={"policies": ()})) + policy
+
+
+def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -> StaticRate:
+    """Steady-state trajectories per second of a static configuration (cached per setting).
+
+    Measured between the first and the last finished rollout step, so the start-up of the
+    pipeline does not dilute it.
+    """
+    scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
+    from pearl.sim.runner import run_policy
+
+    key = rate_key(cfg, num_gpus, policy, duration_s)
+    if key not in RATE_CACHE:
+        run = run_policy(scfg, policy, keep_history=False)
+        times = run.step_end_times_s
+        if len(times) >= 2:
+            rate = (len(times) - 1) * cfg.rollout.batch_size / (times[-1] - times[0])
+        else:
+            rate = run.summary["trajectories"] / duration_s
+        RATE_CACHE[key] = StaticRate(policy.removeprefix("fixed:"), num_gpus, rate)
+    return RATE_CACHE[key]
+
+
+def bound_plan(
+    cfg: SimConfig, actions: list[TraceAction], duration_s: float
+) -> list[tuple[int, str, float]]:
+    """The static runs the bound needs: (GPUs, policy, seconds) at the reserved and the
+    mean budget, colocated and two P:D splits each."""
+    dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
+    rollout_gpu_s = dedicated * duration_s + live_gpu_seconds(actions, duration_s)
+    mean_gpus = max(1, round(rollout_gpu_s / duration_s))
+    bound_s = min(duration_s, BOUND_RUN_S)
+    plan = []
+    for n in sorted({dedicated, mean_gpus}):
+        names = ["fixed:colocated"]
+        if n >= 2:
+            names += sorted({f"fixed:disagg:{p}:{n - p}" for p in (max(1, n // 4), n // 2)})
+        plan += [(n, name, bound_s) for name in names]
+    return plan
+
+
+def bound_for(cfg: SimConfig, actions: list[TraceAction], duration_s: float) -> Bound:
+    """The upper bound of a setting (see pearl.sim.bound and `bound_plan`)."""
+    static = cfg.trace.static_gpus is not None
+    dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
+    rollout_gpu_s = dedicated * duration_s + live_gpu_seconds(actions, duration_s)
+    rates = [static_rate(cfg, n, name, d) for n, name, d in bound_plan(cfg, actions, duration_s)]
+    return compute_bound(
+        rates,
+        duration_s=duration_s,
+        rollout_gpu_s=rollout_gpu_s,
+        num_training_gpus=cfg.cluster.num_training_gpus,
+        train_step_s=train_step_s(cfg),
+        batch_size=cfg.rollout.batch_size,
+        borrowing=(not static) if cfg.trace.borrowing is None else cfg.trace.borrowing,
+        max_staleness=cfg.trainer.max_staleness,
+    )
+
+
+def train_step_s(cfg: SimConfig) -> float:
+    """Training step time of a mean batch of the configured workload."""
+    from pearl.sim.trainer import step_time_s
+    from pearl.sim.world import mean_trajectory_tokens
+    from pearl.specs import get_gpu, get_model
+
+    m, g = get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu)
+    tokens = mean_trajectory_tokens(cfg) * cfg.rollout.batch_size
+    return step_time_s(
+        cfg.trainer,
+        num_tokens=round(tokens),
+        active_params=float(m.active_params),
+        num_gpus=cfg.cluster.num_training_gpus,
+        peak_flops_per_s=g.flops_per_s,
     )

@@ -16,7 +16,6 @@ import dataclasses
 import multiprocessing
 import os
 import re
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -26,11 +25,19 @@ from typing import Any
 from pearl.control.state import ClusterState
 from pearl.control.telemetry import TelemetryMeta
 from pearl.errors import InputError
-from pearl.sim.bound import Bound, StaticRate, compute_bound
+from pearl.sim.bound import (
+    RATE_CACHE,
+    Bound,
+    StaticRate,
+    bound_for,
+    bound_plan,
+    rate_key,
+    static_rate,
+)
 from pearl.sim.config import SimConfig, dump_config
 from pearl.sim.driver import Driver, DriverLog
-from pearl.sim.playback import TraceAction, live_gpu_seconds, playback_actions
-from pearl.sim.telemetry_out import write_outputs
+from pearl.sim.playback import TraceAction, playback_actions
+from pearl.sim.telemetry_out import decision_docs, rounded, safe_name, summarise, write_outputs
 from pearl.sim.world import World
 
 Progress = Callable[[str, float, float], None]
@@ -217,139 +224,6 @@ def _controller_class(check_every: int) -> type:
     return SampledChecks
 
 
-_RECONF_KEYS = ("expand", "borrow", "return", "reclaim", "role_change", "init_failed")
-
-
-def summarise(world: World, log: DriverLog, duration_s: float) -> dict[str, Any]:
-    """Per-policy figures: throughput, makespan, reconfigurations by kind, GPU-hours."""
-    st = world.stats
-    hours = duration_s / 3600.0
-    reconf: Counter[str] = Counter({k: 0 for k in _RECONF_KEYS})
-    for t, c in log.command_log:
-        kind = type(c).__name__
-        if kind == "InitWorker" and t > 0.0:  # workers made at time 0 are the initial pool
-            on_training = any(g in world.trainer.gpu_ids for g in c.gpu_ids)
-            reconf["borrow" if on_training else "expand"] += 1
-        elif kind == "ReleaseGpus" and c.to == "training":
-            reconf["return"] += 1
-        elif kind == "ChangeRole":
-            reconf["role_change"] += 1
-    reconf["reclaim"] = log.events_by_kind.get("ReclaimNotice", 0)
-    reconf["init_failed"] = st.init_failures
-    makespans = st.makespans_s
-    gpu_s = dict(st.worker_gpu_s_by_zone)
-    prefill_total = st.prefill_tokens + st.cached_prefix_tokens
-    return {
-        "trajectories": st.trajectories_done,
-        "trajs_per_hour": st.trajectories_done / hours,
-        "tokens_per_s": st.trajectory_tokens / duration_s,
-        "decode_tokens_per_s": st.decode_tokens / duration_s,
-        "train_steps": len(world.trainer.steps),
-        "train_steps_per_hour": len(world.trainer.steps) / hours,
-        "rollout_steps": len(makespans),
-        "mean_makespan_s": sum(makespans) / len(makespans) if makespans else None,
-        "fraction_of_bound": None,
-        "reconfigurations": dict(reconf),
-        "interrupted_requests": st.interrupted_requests,
-        "prefix_cache_hit_rate": st.cached_prefix_tokens / prefill_total if prefill_total else 0.0,
-        "prefill_token_share": (
-            st.prefill_tokens / (st.prefill_tokens + st.decode_tokens)
-            if st.prefill_tokens + st.decode_tokens
-            else 0.0
-        ),
-        "training_wait_for_gpus_s": world.trainer.wait_for_gpus_s,
-        "gpu_hours": {
-            **{z: s / 3600.0 for z, s in sorted(gpu_s.items())},
-            "total": sum(gpu_s.values()) / 3600.0,
-        },
-        "available_preemptible_gpu_hours": st.gpu_s_by_zone.get("preemptible", 0.0) / 3600.0,
-        "num_events": log.num_events,
-        "num_commands": log.num_commands,
-    }
-
-
-# -- static rates and the bound -------------------------------------------------------------
-_RATE_CACHE: dict[str, StaticRate] = {}
-BOUND_RUN_S = 1800.0  # simulated seconds of each static run behind the bound
-
-
-def _rate_key(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -> str:
-    scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
-    return dump_config(scfg.model_copy(update={"policies": ()})) + policy
-
-
-def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -> StaticRate:
-    """Steady-state trajectories per second of a static configuration (cached per setting).
-
-    Measured between the first and the last finished rollout step, so the start-up of the
-    pipeline does not dilute it.
-    """
-    scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
-    key = _rate_key(cfg, num_gpus, policy, duration_s)
-    if key not in _RATE_CACHE:
-        run = run_policy(scfg, policy, keep_history=False)
-        times = run.step_end_times_s
-        if len(times) >= 2:
-            rate = (len(times) - 1) * cfg.rollout.batch_size / (times[-1] - times[0])
-        else:
-            rate = run.summary["trajectories"] / duration_s
-        _RATE_CACHE[key] = StaticRate(policy.removeprefix("fixed:"), num_gpus, rate)
-    return _RATE_CACHE[key]
-
-
-def bound_plan(
-    cfg: SimConfig, actions: list[TraceAction], duration_s: float
-) -> list[tuple[int, str, float]]:
-    """The static runs the bound needs: (GPUs, policy, seconds) at the reserved and the
-    mean budget, colocated and two P:D splits each."""
-    dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
-    rollout_gpu_s = dedicated * duration_s + live_gpu_seconds(actions, duration_s)
-    mean_gpus = max(1, round(rollout_gpu_s / duration_s))
-    bound_s = min(duration_s, BOUND_RUN_S)
-    plan = []
-    for n in sorted({dedicated, mean_gpus}):
-        names = ["fixed:colocated"]
-        if n >= 2:
-            names += sorted({f"fixed:disagg:{p}:{n - p}" for p in (max(1, n // 4), n // 2)})
-        plan += [(n, name, bound_s) for name in names]
-    return plan
-
-
-def bound_for(cfg: SimConfig, actions: list[TraceAction], duration_s: float) -> Bound:
-    """The upper bound of a setting (see pearl.sim.bound and `bound_plan`)."""
-    static = cfg.trace.static_gpus is not None
-    dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
-    rollout_gpu_s = dedicated * duration_s + live_gpu_seconds(actions, duration_s)
-    rates = [static_rate(cfg, n, name, d) for n, name, d in bound_plan(cfg, actions, duration_s)]
-    return compute_bound(
-        rates,
-        duration_s=duration_s,
-        rollout_gpu_s=rollout_gpu_s,
-        num_training_gpus=cfg.cluster.num_training_gpus,
-        train_step_s=_train_step_s(cfg),
-        batch_size=cfg.rollout.batch_size,
-        borrowing=(not static) if cfg.trace.borrowing is None else cfg.trace.borrowing,
-        max_staleness=cfg.trainer.max_staleness,
-    )
-
-
-def _train_step_s(cfg: SimConfig) -> float:
-    """Training step time of a mean batch of the configured workload."""
-    from pearl.sim.trainer import step_time_s
-    from pearl.sim.world import mean_trajectory_tokens
-    from pearl.specs import get_gpu, get_model
-
-    m, g = get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu)
-    tokens = mean_trajectory_tokens(cfg) * cfg.rollout.batch_size
-    return step_time_s(
-        cfg.trainer,
-        num_tokens=round(tokens),
-        active_params=float(m.active_params),
-        num_gpus=cfg.cluster.num_training_gpus,
-        peak_flops_per_s=g.flops_per_s,
-    )
-
-
 # -- all policies ------------------------------------------------------------------------------
 @dataclass
 class SimulationResult:
@@ -376,7 +250,7 @@ class SimulationResult:
             "max_len_tokens": c.rollout.max_len_tokens,
             "seed": c.seed,
             "bound": None if self.bound is None else self.bound.to_json(),
-            "policies": {r.name: _rounded(r.summary) for r in self.runs},
+            "policies": {r.name: rounded(r.summary) for r in self.runs},
         }
 
     def write(self, out_dir: Path) -> list[Path]:
@@ -395,7 +269,7 @@ class SimulationResult:
                 worker_steps=r.worker_steps,
                 meta=meta,
                 decisions=r.decisions,
-                summary=_rounded(r.summary),
+                summary=rounded(r.summary),
                 config_yaml=cfg_yaml,
             )
         import json
@@ -406,60 +280,12 @@ class SimulationResult:
         return [*paths, top, out_dir / "config.yaml"]
 
 
-def safe_name(policy: str) -> str:
-    return policy.replace("+", "plus").replace(":", "_").replace("/", "_")
-
-
-def decision_docs(controller: Any, log: DriverLog) -> list[dict[str, Any]]:
-    """The controller's decisions and every non-route command, in time order."""
-    docs: list[dict[str, Any]] = []
-    for d in getattr(controller, "decisions", []) or []:
-        docs.append({"kind": "decision", **_as_doc(d)})
-    for t, c in log.command_log:
-        docs.append(
-            {"kind": "command", "t_s": round(t, 3), "command": type(c).__name__, **_as_doc(c)}
-        )
-    return docs
-
-
-def _as_doc(obj: Any) -> dict[str, Any]:
-    if hasattr(obj, "to_json"):
-        doc = obj.to_json()
-        return doc if isinstance(doc, dict) else {"value": doc}
-    if isinstance(obj, dict):
-        return obj
-    fields = getattr(obj, "__dataclass_fields__", None)
-    if fields:
-        return {k: _plain(getattr(obj, k)) for k in fields}
-    return {"value": str(obj)}
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    return str(v)
-
-
-def _rounded(doc: Any) -> Any:
-    if isinstance(doc, float):
-        return round(doc, 4)
-    if isinstance(doc, dict):
-        return {k: _rounded(v) for k, v in doc.items()}
-    if isinstance(doc, list):
-        return [_rounded(v) for v in doc]
-    return doc
-
-
 def _policy_task(cfg: SimConfig, name: str) -> PolicyRun:
     return run_policy(cfg, name).slim()
 
 
 def _rate_task(cfg: SimConfig, n: int, name: str, duration_s: float) -> tuple[str, StaticRate]:
-    return _rate_key(cfg, n, name, duration_s), static_rate(cfg, n, name, duration_s)
+    return rate_key(cfg, n, name, duration_s), static_rate(cfg, n, name, duration_s)
 
 
 def default_jobs() -> int:
@@ -485,7 +311,7 @@ def run_simulation(
     """
     actions, duration, name = trace_actions(cfg)
     plan = bound_plan(cfg, actions, duration) if with_bound else []
-    plan = [t for t in plan if _rate_key(cfg, *t) not in _RATE_CACHE]
+    plan = [t for t in plan if rate_key(cfg, *t) not in RATE_CACHE]
     runs: dict[str, PolicyRun] = {}
     if jobs > 1 and len(cfg.policies) + len(plan) > 1:
         ctx = multiprocessing.get_context("fork")
@@ -498,7 +324,7 @@ def run_simulation(
                     runs[what] = fut.result()
                 else:
                     key, rate = fut.result()
-                    _RATE_CACHE[key] = rate
+                    RATE_CACHE[key] = rate
                 if progress is not None:
                     label = what if kind == "policy" else f"bound: {what[1]} on {what[0]}"
                     progress(label, 1.0, 1.0)

@@ -11,6 +11,7 @@ its *mean iteration* (batch size, tokens and time per iteration), a representati
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,3 +137,103 @@ def write_outputs(
     cfg.write_text(config_yaml)
     paths.append(cfg)
     return paths
+
+
+# -- run summaries and decision logs ---------------------------------------------------------
+_RECONF_KEYS = ("expand", "borrow", "return", "reclaim", "role_change", "init_failed")
+
+
+def summarise(world: Any, log: Any, duration_s: float) -> dict[str, Any]:
+    """Per-policy figures: throughput, makespan, reconfigurations by kind, GPU-hours."""
+    st = world.stats
+    hours = duration_s / 3600.0
+    reconf: Counter[str] = Counter({k: 0 for k in _RECONF_KEYS})
+    for t, c in log.command_log:
+        kind = type(c).__name__
+        if kind == "InitWorker" and t > 0.0:  # workers made at time 0 are the initial pool
+            on_training = any(g in world.trainer.gpu_ids for g in c.gpu_ids)
+            reconf["borrow" if on_training else "expand"] += 1
+        elif kind == "ReleaseGpus" and c.to == "training":
+            reconf["return"] += 1
+        elif kind == "ChangeRole":
+            reconf["role_change"] += 1
+    reconf["reclaim"] = log.events_by_kind.get("ReclaimNotice", 0)
+    reconf["init_failed"] = st.init_failures
+    makespans = st.makespans_s
+    gpu_s = dict(st.worker_gpu_s_by_zone)
+    prefill_total = st.prefill_tokens + st.cached_prefix_tokens
+    return {
+        "trajectories": st.trajectories_done,
+        "trajs_per_hour": st.trajectories_done / hours,
+        "tokens_per_s": st.trajectory_tokens / duration_s,
+        "decode_tokens_per_s": st.decode_tokens / duration_s,
+        "train_steps": len(world.trainer.steps),
+        "train_steps_per_hour": len(world.trainer.steps) / hours,
+        "rollout_steps": len(makespans),
+        "mean_makespan_s": sum(makespans) / len(makespans) if makespans else None,
+        "fraction_of_bound": None,
+        "reconfigurations": dict(reconf),
+        "interrupted_requests": st.interrupted_requests,
+        "prefix_cache_hit_rate": st.cached_prefix_tokens / prefill_total if prefill_total else 0.0,
+        "prefill_token_share": (
+            st.prefill_tokens / (st.prefill_tokens + st.decode_tokens)
+            if st.prefill_tokens + st.decode_tokens
+            else 0.0
+        ),
+        "training_wait_for_gpus_s": world.trainer.wait_for_gpus_s,
+        "gpu_hours": {
+            **{z: s / 3600.0 for z, s in sorted(gpu_s.items())},
+            "total": sum(gpu_s.values()) / 3600.0,
+        },
+        "available_preemptible_gpu_hours": st.gpu_s_by_zone.get("preemptible", 0.0) / 3600.0,
+        "num_events": log.num_events,
+        "num_commands": log.num_commands,
+    }
+
+
+def safe_name(policy: str) -> str:
+    return policy.replace("+", "plus").replace(":", "_").replace("/", "_")
+
+
+def decision_docs(controller: Any, log: Any) -> list[dict[str, Any]]:
+    """The controller's decisions and every non-route command, in time order."""
+    docs: list[dict[str, Any]] = []
+    for d in getattr(controller, "decisions", []) or []:
+        docs.append({"kind": "decision", **as_doc(d)})
+    for t, c in log.command_log:
+        docs.append(
+            {"kind": "command", "t_s": round(t, 3), "command": type(c).__name__, **as_doc(c)}
+        )
+    return docs
+
+
+def as_doc(obj: Any) -> dict[str, Any]:
+    if hasattr(obj, "to_json"):
+        doc = obj.to_json()
+        return doc if isinstance(doc, dict) else {"value": doc}
+    if isinstance(obj, dict):
+        return obj
+    fields = getattr(obj, "__dataclass_fields__", None)
+    if fields:
+        return {k: _plain(getattr(obj, k)) for k in fields}
+    return {"value": str(obj)}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return str(v)
+
+
+def rounded(doc: Any) -> Any:
+    if isinstance(doc, float):
+        return round(doc, 4)
+    if isinstance(doc, dict):
+        return {k: rounded(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [rounded(v) for v in doc]
+    return doc

@@ -40,3 +40,19 @@ def test_worker_processes_give_the_same_results() -> None:
     b = run_simulation(cfg, jobs=2, with_bound=False).to_json()
     assert a == b
     assert a["policies"]["fixed:colocated"]["trajectories"] > 0
+
+
+def test_static_policy_stays_within_its_bound() -> None:
+    """The bound's best static rate covers the static policies it was measured from."""
+    cfg = SimConfig().with_updates(
+        **{
+            "trace.static_gpus": 2,
+            "trace.duration_s": 600.0,
+            "rollout.batch_size": 8,
+            "policies": ["fixed:colocated"],
+        }
+    )
+    res = run_simulation(cfg, jobs=1, with_bound=True)
+    frac = res.to_json()["policies"]["fixed:colocated"]["fraction_of_bound"]
+    assert res.bound is not None and res.bound.num_training_gpus == 0
+    assert 0.0 < frac <= 1.05

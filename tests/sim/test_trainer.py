@@ -83,7 +83,7 @@ def test_offload_refused_while_training() -> None:
 
 def test_default_step_time_is_calibrated_to_the_paper() -> None:
     """Qwen3-8B, 16 training GPUs, a batch of 64 default trajectories: about 164 s."""
+    from pearl.sim.bound import train_step_s
     from pearl.sim.config import SimConfig
-    from pearl.sim.runner import _train_step_s
 
-    assert 150.0 <= _train_step_s(SimConfig()) <= 180.0
+    assert 150.0 <= train_step_s(SimConfig()) <= 180.0
