@@ -54,6 +54,7 @@ class Trajectory:
     num_interrupts: int = 0
     generated_tokens: int = 0  # preserved tokens of an interrupted turn
     queue_seq: int = 0  # FIFO order among queued trajectories
+    routed_s: float = float("-inf")  # when its current (or last) request was routed
 
     @property
     def workers(self) -> tuple[str, ...]:
@@ -172,7 +173,12 @@ class TrajectoryBook:
         return traj.step - version <= self.max_staleness
 
     def mark_routed(
-        self, traj_id: str, prefill_worker: str, decode_worker: str | None, version: int
+        self,
+        traj_id: str,
+        prefill_worker: str,
+        decode_worker: str | None,
+        version: int,
+        time_s: float = float("-inf"),
     ) -> None:
         """WAITING/INTERRUPTED -> PREFILL on `prefill_worker` (decode on `decode_worker`, or on
         the prefill worker when None), generated with weights `version`."""
@@ -182,6 +188,7 @@ class TrajectoryBook:
         if not self.can_use_version(t, version):
             raise BookError(f"{traj_id} of step {t.step} cannot use weights v{version}")
         t.state = TrajState.PREFILL
+        t.routed_s = time_s
         t.prefill_worker = prefill_worker
         t.decode_worker = decode_worker if decode_worker is not None else prefill_worker
         t.segment_versions.append(version)
@@ -197,10 +204,17 @@ class TrajectoryBook:
         t.state = state
         return True
 
-    def mark_turn_finished(self, traj_id: str, worker_id: str) -> bool:
-        """In flight -> ENV, from its decode worker (or its prefill worker when colocated)."""
+    def mark_turn_finished(
+        self, traj_id: str, worker_id: str, time_s: float = float("inf")
+    ) -> bool:
+        """In flight -> ENV, from its decode worker (or its prefill worker when colocated).
+
+        An event older than the current request's route (`time_s < routed_s`) is about an
+        earlier request of the trajectory and is rejected."""
         t = self._trajs.get(traj_id)
         if t is None or t.state not in IN_FLIGHT or worker_id not in t.workers:
+            return False
+        if time_s < t.routed_s:
             return False
         t.state = TrajState.ENV
         t.num_turns += 1
@@ -210,11 +224,18 @@ class TrajectoryBook:
         t.prefill_worker = t.decode_worker = None
         return True
 
-    def mark_interrupted(self, traj_id: str, worker_id: str, generated_tokens: int = 0) -> bool:
+    def mark_interrupted(
+        self,
+        traj_id: str,
+        worker_id: str,
+        generated_tokens: int = 0,
+        time_s: float = float("inf"),
+    ) -> bool:
         """In flight on `worker_id` -> INTERRUPTED (queued once; resumes with a full prefill).
 
-        A late duplicate for a trajectory already interrupted by the same worker only updates
-        the count of preserved tokens; anything else is rejected.
+        A late duplicate for a trajectory already interrupted only updates the count of
+        preserved tokens; one older than the current request's route (`time_s < routed_s`,
+        about an earlier request, even on the same worker) and anything else is rejected.
         """
         t = self._trajs.get(traj_id)
         if t is None:
@@ -223,7 +244,7 @@ class TrajectoryBook:
             if generated_tokens > t.generated_tokens:
                 t.generated_tokens = generated_tokens
             return False
-        if t.state not in IN_FLIGHT or worker_id not in t.workers:
+        if t.state not in IN_FLIGHT or worker_id not in t.workers or time_s < t.routed_s:
             return False
         t.state = TrajState.INTERRUPTED
         t.num_interrupts += 1

@@ -141,6 +141,7 @@ class Controller(ToggleMixin):
             self._state,
             max_inflight_per_worker=self.policy.max_inflight_per_worker,
             allowed=self._budget_allowed(),
+            time_s=self.now_s,
         )
         self._emit(*routes)
         self._spend_budget(routes)
@@ -221,11 +222,11 @@ class Controller(ToggleMixin):
             self._ignore(f"trajectory {e.traj_id} ready in a state that cannot be")
 
     def _h_turn(self, e: ev.TurnFinished) -> None:
-        if not self.book.mark_turn_finished(e.traj_id, e.worker_id):
+        if not self.book.mark_turn_finished(e.traj_id, e.worker_id, e.time_s):
             self._ignore(f"turn of {e.traj_id} finished on {e.worker_id}, not in flight there")
 
     def _h_interrupted(self, e: ev.RequestInterrupted) -> None:
-        if not self.book.mark_interrupted(e.traj_id, e.worker_id, e.generated_tokens):
+        if not self.book.mark_interrupted(e.traj_id, e.worker_id, e.generated_tokens, e.time_s):
             self._ignore(f"interrupt of {e.traj_id} on {e.worker_id}: already handled")
 
     def _h_done(self, e: ev.TrajectoryDone) -> None:

@@ -90,6 +90,7 @@ def route_queued(
     *,
     max_inflight_per_worker: int | None = None,
     allowed: frozenset[str] | None = None,
+    time_s: float = float("-inf"),
 ) -> list[Route]:
     """Route every queued trajectory that can go now, updating the book as it goes.
 
@@ -112,7 +113,7 @@ def route_queued(
         version = version_of(state, r.prefill_worker_id)
         if r.decode_worker_id is not None:
             version = min(version, version_of(state, r.decode_worker_id))
-        book.mark_routed(traj.traj_id, r.prefill_worker_id, r.decode_worker_id, version)
+        book.mark_routed(traj.traj_id, r.prefill_worker_id, r.decode_worker_id, version, time_s)
         for w in {r.prefill_worker_id, r.decode_worker_id or r.prefill_worker_id}:
             loads[w] = loads.get(w, 0) + 1
         routes.append(r)

@@ -108,3 +108,18 @@ def test_random_operations_keep_every_trajectory_once(ops):
             b.mark_done(tid)
         b.check()
         assert sum(b.counts().values()) == 3
+
+
+def test_event_older_than_the_current_route_is_rejected():
+    """A late finish or interrupt of an earlier request never touches the current one,
+    even when the trajectory went back to the same worker."""
+    b = _book()
+    b.mark_ready("s0-g0-0")
+    b.mark_routed("s0-g0-0", "w1", None, 0, time_s=5.0)
+    assert b.mark_interrupted("s0-g0-0", "w1", time_s=6.0)
+    b.mark_routed("s0-g0-0", "w1", None, 0, time_s=7.0)
+    assert not b.mark_interrupted("s0-g0-0", "w1", time_s=6.0)  # the same event, replayed
+    assert not b.mark_turn_finished("s0-g0-0", "w1", time_s=6.5)
+    t = b.get("s0-g0-0")
+    assert t is not None and t.state == TrajState.PREFILL and t.num_interrupts == 1
+    assert b.mark_turn_finished("s0-g0-0", "w1", time_s=7.0)

@@ -46,6 +46,8 @@ class ControllerMachine(RuleBasedStateMachine):
     def send(self, event: object) -> list[C.Command]:
         ctl = self.ctl
         before = {t.traj_id: (t.state, t.num_interrupts) for t in ctl.book}
+        if isinstance(event, E.RolloutStepFinished) and ctl.book.step_done(event.step):
+            self.retired |= {t.traj_id for t in ctl.book.step_trajs(event.step)}
         out = ctl.handle(event)
         self.sent.append(event)
         s = ctl.state
@@ -216,11 +218,7 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @rule(step=st.integers(0, 4))
     def rollout_step(self, step: int) -> None:
-        ids = {t.traj_id for t in self.ctl.book.step_trajs(step)}
-        done = self.ctl.book.step_done(step)
         self.send(E.RolloutStepFinished(self.tick(), step))
-        if done:
-            self.retired |= ids
 
     @precondition(lambda self: self.sent)
     @rule(i=IDS)
