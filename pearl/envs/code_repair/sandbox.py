@@ -333,26 +333,42 @@ def _count_tasks_of(uid: int) -> int:
     return count
 
 
+LEVELS = ("full", "userns", "none")
+
+
 @functools.cache
 def isolation() -> Isolation:
     """Probe (once per process) the strongest isolation this machine supports."""
     cap = os.environ.get("PEARL_SANDBOX_ISOLATION", "full")
-    order = ["full", "userns", "none"]
-    allowed = order[order.index(cap) :] if cap in order else order
-    unshare = shutil.which("unshare")
-    ns_flags = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
-    candidates: list[tuple[str, tuple[str, ...]]] = []
-    if unshare and os.geteuid() == 0 and "full" in allowed:
-        candidates.append(("full", (unshare, *ns_flags, "--")))
-    if unshare and "userns" in allowed:
-        candidates.append(("userns", (unshare, "--user", "--map-root-user", *ns_flags, "--")))
-    candidates.append(("none", ()))
-    for level, prefix in candidates:
-        for python in _interpreters():
-            iso = Isolation(level=level, python=python, prefix=prefix)
-            if _probe(iso):
-                return iso
+    allowed = LEVELS[LEVELS.index(cap) :] if cap in LEVELS else LEVELS
+    for level in allowed:
+        iso = probe_level(level)
+        if iso is not None:
+            return iso
     return Isolation(level="none", python=sys.executable, prefix=())
+
+
+def probe_level(level: str) -> Isolation | None:
+    """The isolation of `level` with the first interpreter that works there, or None."""
+    unshare = shutil.which("unshare")
+    ns_flags = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
+    if level == "full":
+        if not unshare or os.geteuid() != 0:
+            return None
+        prefix: tuple[str, ...] = (unshare, *ns_flags, "--")
+    elif level == "userns":
+        if not unshare:
+            return None
+        prefix = (unshare, "--user", "--map-root-user", *ns_flags, "--")
+    elif level == "none":
+        prefix = ()
+    else:
+        raise ValueError(f"unknown isolation level '{level}' (use {', '.join(LEVELS)})")
+    for python in _interpreters():
+        iso = Isolation(level=level, python=python, prefix=prefix)
+        if _probe(iso):
+            return iso
+    return None
 
 
 def _interpreters() -> list[str]:
