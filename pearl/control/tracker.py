@@ -18,8 +18,8 @@ statistics and fits, then blends them into the profile with an exponential movin
   says how confident each fit is. The prefill attention coefficient is not observable from
   iteration records; it is the prior scaled by the fitted/prior ratio of `b_p`.
 
-The first step replaces the prior's workload statistics outright (the prior is a guess,
-not a measurement); later steps are blended.
+The first step with turns (or with samples for a fit) replaces the prior's values outright
+(the prior is a guess, not a measurement); later steps are blended.
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ class RuntimeTracker:
     ) -> WorkloadProfile:
         """Fold one rollout step's telemetry into the profile and return the new profile."""
         old = self._profile
-        first = old.num_steps == 0
-        a = 1.0 if first else self.alpha
+        a = self.alpha
         stats = workload_stats(turns)
+        first = old.num_turns == 0  # no turn seen yet: the statistics are still the prior's
         upd: dict[str, float] = {}
         for name, value in stats.items():
             upd[name] = value if first else a * value + (1 - a) * getattr(old, name)
@@ -75,8 +75,8 @@ class RuntimeTracker:
         kv, kv_q = self._fit_kv(turns)
         # A fit with samples is blended in (taken as is on the first step: it already
         # leans on the prior); a fit without samples leaves the old values alone.
-        iter_a = 0.0 if step_q.num_samples == 0 else (1.0 if first else a)
-        kv_a = 0.0 if kv_q.num_samples == 0 else (1.0 if first else a)
+        iter_a = 0.0 if step_q.num_samples == 0 else (1.0 if old.step_fit.num_samples == 0 else a)
+        kv_a = 0.0 if kv_q.num_samples == 0 else (1.0 if old.kv_fit.num_samples == 0 else a)
         perf = _blend(perf, base, iter_a, _ITER_FIELDS)
         perf = _blend(
             replace(perf, kv_latency_s=kv[0], kv_s_per_byte=kv[1]), base, kv_a, _KV_FIELDS

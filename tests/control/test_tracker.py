@@ -110,6 +110,13 @@ def test_ema_blends_later_steps():
     assert prof.num_steps == 2 and prof.num_turns == 2
 
 
+def test_first_turns_replace_the_prior_even_after_a_turnless_step():
+    tracker = RuntimeTracker(HW, alpha=0.25)
+    tracker.observe_step([], iterations(50))
+    prof = tracker.observe_step([mk_turn("a", 0, 0.0, env=None, dec=123)], [])
+    assert prof.decode_tokens_per_turn == 123 and prof.num_steps == 2
+
+
 def test_step_without_samples_keeps_fitted_perf():
     tracker = RuntimeTracker(HW)
     fitted = tracker.observe_step([], iterations(500)).perf
