@@ -20,6 +20,12 @@ from rich.table import Table
 from rich.text import Text
 
 ROLES = ("colocated", "prefill", "decode", "initializing", "draining", "inactive", "idle")
+_ZONE_ORDER = {"dedicated": 0, "preemptible": 1, "overlap": 2}
+
+
+def _zones(gpus: dict[str, dict[str, int]]) -> list[tuple[str, dict[str, int]]]:
+    """Zones in the order of the paper's setting: dedicated, preemptible, overlap, others."""
+    return sorted(gpus.items(), key=lambda kv: (_ZONE_ORDER.get(kv[0], 9), kv[0]))
 
 
 class LiveView:
@@ -108,7 +114,7 @@ class LiveView:
             return "pearl run: starting"
         gpus = " ".join(
             f"{zone}[{','.join(f'{r}={n}' for r, n in roles.items() if n)}]"
-            for zone, roles in sorted(f["gpus"].items())
+            for zone, roles in _zones(f["gpus"])
         )
         last_event = f" | {f['events'][-1]}" if f["events"] else ""
         return (
@@ -141,10 +147,10 @@ class LiveView:
         roles += sorted({r for z in f["gpus"].values() for r in z} - set(roles))
         for r in roles:
             table.add_column(r, justify="right")
-        for zone, counts in sorted(f["gpus"].items()):
+        for zone, counts in _zones(f["gpus"]):
             table.add_row(zone, *(str(counts.get(r, 0)) for r in roles))
         parts: list[Any] = [head, table, Text(f"decision: {f['last_decision']}", style="cyan")]
-        parts += [Text(f"- {e}", style="yellow") for e in f["events"]]
+        parts += [Text(f"- {e.strip()}", style="yellow") for e in f["events"]]
         return Panel(Group(*parts), title="pearl run", expand=False)
 
 

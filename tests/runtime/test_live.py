@@ -6,7 +6,11 @@ from rich.console import Console
 
 from pearl.runtime.live import LiveView
 
-GPUS = {"dedicated": {"colocated": 2}, "preemptible": {"prefill": 1, "decode": 1, "idle": 0}}
+GPUS = {
+    "overlap": {"idle": 2},
+    "preemptible": {"prefill": 1, "decode": 1, "idle": 0},
+    "dedicated": {"colocated": 2},
+}
 
 
 def _update(view: LiveView, step: int, events: list[str] | None = None) -> None:
@@ -52,7 +56,8 @@ def test_plain_line_carries_every_field():
         _update(view, 4, events=["old event", "preemption: p0 reclaimed"])
     (line,) = buf.getvalue().splitlines()
     assert line.startswith("step 4/10 reward 0.500 traj 12/16")
-    assert "dedicated[colocated=2]" in line and "preemptible[prefill=1,decode=1]" in line
+    zones = ["dedicated[colocated=2]", "preemptible[prefill=1,decode=1]", "overlap[idle=2]"]
+    assert [line.index(z) for z in zones] == sorted(line.index(z) for z in zones)
     assert "keep colocated:2 (step 4)" in line and line.endswith("preemption: p0 reclaimed")
 
 
