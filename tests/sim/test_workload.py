@@ -100,3 +100,21 @@ def test_prefix_aware_routing_raises_the_hit_rate():
     blind = colocated_mix(router="least_loaded", **kw)
     assert sticky.hit_rate_tokens > blind.hit_rate_tokens + 0.3
     assert sticky.prefill_token_share < blind.prefill_token_share
+
+
+def test_disaggregated_batch_runs_every_turn_through_prefill_then_decode_workers():
+    """P prefill + D decode workers: all turns complete; prefill workers never decode and
+    decode workers only prefill to recompute after a preemption."""
+    from pearl.sim.calibration import batch_mix
+
+    m = batch_mix(model="qwen3-8b", num_workers=4, num_prefill=1, batch=16, seed=2)
+    co = batch_mix(model="qwen3-8b", num_workers=4, num_prefill=0, batch=16, seed=2)
+    turns = [t for tr in TrajectorySampler(WorkloadSpec(), 2).batch(16) for t in tr.turns]
+    assert m.num_turns == co.num_turns == len(turns)
+    # every turn that needs more than its first token moves its KV exactly once
+    assert m.num_transfers == sum(t.decode_tokens > 1 for t in turns) and co.num_transfers == 0
+    # each turn: the prefill samples token 1, decode iterations produce the rest
+    assert m.num_preemptions == 0
+    assert m.decode_step_tokens == co.decode_step_tokens == sum(t.decode_tokens - 1 for t in turns)
+    with pytest.raises(ValueError):
+        batch_mix(num_workers=2, num_prefill=2)
