@@ -67,3 +67,31 @@ def test_bad_batch_option_exit_2() -> None:
     """A batch of 0 is refused before anything runs."""
     res = runner.invoke(app, ["simulate", "--batch", "0", "--json"])
     assert res.exit_code == 2 and "rollout.batch_size" in res.stderr
+
+
+def test_experiment_quick_writes_table_and_plots(tmp_path: Path) -> None:
+    """`pearl experiment ratio --quick` writes a markdown table, JSON and a PNG."""
+    res = runner.invoke(app, ["experiment", "ratio", "--quick", "--out", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["experiment"] == "ratio" and doc["rows"]
+    assert (tmp_path / "results.md").read_text().startswith("# ")
+    assert (tmp_path / "ratio.png").stat().st_size > 0
+
+
+def test_unknown_experiment_exit_2() -> None:
+    """An unknown experiment name is one line on stderr, exit 2."""
+    res = runner.invoke(app, ["experiment", "nosuch"])
+    assert res.exit_code == 2 and "NAME" in res.stderr
+
+
+def test_validate_json_reports_errors_and_choices() -> None:
+    """`pearl validate --json` on a tiny grid reports error quantiles and choice checks."""
+    res = runner.invoke(
+        app, ["validate", "--budgets", "2", "--batches", "8", "--steps", "1", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["num_points"] == 2  # colocated:2 and disaggregated:1:1
+    assert 0.0 <= doc["median_rel_error"] <= doc["p90_rel_error"]
+    assert doc["choice_within_1pct"] in (0.0, 1.0)
