@@ -40,6 +40,7 @@ class RunData:
     steps: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     skipped_lines: dict[str, int] = field(default_factory=dict)
+    has_events: bool = False  # events.jsonl exists (a simulator folder has none)
 
     def end_s(self) -> float:
         """The latest time any record mentions (0 if none)."""
@@ -123,6 +124,7 @@ def load_run(run_dir: Path) -> RunData:
             data.skipped_lines["states.jsonl"] = data.skipped_lines.get("states.jsonl", 0) + 1
     data.states.sort(key=lambda ts: ts[0])
     data.decisions = _read_jsonl(d / "decisions.jsonl", data)
+    data.has_events = (d / "events.jsonl").is_file()
     data.events = [
         e for e in _read_jsonl(d / "events.jsonl", data) if isinstance(e.get("kind"), str)
     ]

@@ -123,8 +123,9 @@ def _detail(e: dict[str, Any]) -> str:
 
 def _decision_text(d: dict[str, Any]) -> str:
     """One line per decision doc: a controller narrative string or a decision engine doc."""
-    if isinstance(d.get("decision"), str):
-        return d["decision"]
+    for key in ("decision", "value"):  # the runtime's and the simulator's narrative strings
+        if isinstance(d.get(key), str):
+            return str(d[key])
     when = f"t={_fmt(d.get('t_s'), 3)}: "
     if "chosen" in d:
         verb = f"{d.get('current')} -> {d['chosen']}" if d.get("switch") else f"keep {d['chosen']}"
@@ -134,9 +135,12 @@ def _decision_text(d: dict[str, Any]) -> str:
     return when + ", ".join(f"{k}={v}" for k, v in rest.items())
 
 
-def _decision_lines(decisions: list[dict[str, Any]], limit: int = 60) -> list[str]:
+def _decision_lines(docs: list[dict[str, Any]], limit: int = 60) -> list[str]:
+    decisions = [d for d in docs if d.get("kind") != "command"]  # a simulator logs commands too
     switches = sum(1 for d in decisions if d.get("switch"))
     lines = [f"{len(decisions)} decision(s)" + (f", {switches} switch(es)." if switches else ".")]
+    if len(decisions) < len(docs):
+        lines[0] += f" ({len(docs) - len(decisions)} command(s) also in decisions.jsonl.)"
     if decisions:
         lines.append("")
     lines += [f"- {_decision_text(d)}" for d in decisions[:limit]]
@@ -198,18 +202,19 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
         )
     else:
         lines.append("No step has both a predicted and a measured makespan.")
-    lines += [
-        "",
-        "## Elasticity and reconfiguration",
-        "",
-        f"- preemptions: {counts['preemption']}",
-        f"- expansions: {counts['expansion']}",
-        f"- borrows / returns: {counts['borrow']} / {counts['return']}",
-        f"- PD reconfigurations: {counts['pd_reconfig']}",
-        f"- worker failures: {counts['worker_failed']}",
-        f"- interrupted / resumed requests: {counts['interrupt']} / {counts['resume']}",
-        "",
-    ]
+    lines += ["", "## Elasticity and reconfiguration", ""]
+    if not run.has_events:
+        lines += ["No events.jsonl in this directory (see the summary for any counters).", ""]
+    else:
+        lines += [
+            f"- preemptions: {counts['preemption']}",
+            f"- expansions: {counts['expansion']}",
+            f"- borrows / returns: {counts['borrow']} / {counts['return']}",
+            f"- PD reconfigurations: {counts['pd_reconfig']}",
+            f"- worker failures: {counts['worker_failed']}",
+            f"- interrupted / resumed requests: {counts['interrupt']} / {counts['resume']}",
+            "",
+        ]
     reconfig = [e for e in run.events if e["kind"] not in COUNTED_ONLY]
     if reconfig:
         lines += ["### Events", ""]

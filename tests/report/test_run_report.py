@@ -139,6 +139,12 @@ def test_simulator_style_directory_gets_steps_from_telemetry(tmp_path):
             )  # fmt: skip
     (out / "telemetry.jsonl").write_text("".join(json.dumps(t) + "\n" for t in turns))
     (out / "summary.json").write_text(json.dumps({"trajectories": 6, "policy": "pearl"}))
+    (out / "decisions.jsonl").write_text(
+        json.dumps({"kind": "decision", "value": "t=1.000: expand: -> colocated:3 (gain)"})
+        + "\n"
+        + json.dumps({"kind": "command", "t_s": 1.0, "command": "InitWorker"})
+        + "\n"
+    )
     run = load_run(out)
     assert [(s["step"], s["rollout_makespan_s"], s["trajectories"]) for s in run.steps] == [
         (0, 5.0, 3),
@@ -146,10 +152,13 @@ def test_simulator_style_directory_gets_steps_from_telemetry(tmp_path):
     ]
     text = render_markdown(run, {})
     assert "- trajectories: 6" in text and "No step has both a predicted" in text
+    assert "- t=1.000: expand: -> colocated:3 (gain)" in text and "InitWorker" not in text
+    assert "1 decision(s). (1 command(s) also" in text
+    assert "No events.jsonl" in text and "- preemptions:" not in text
 
 
 def test_empty_directory_still_gives_a_report(tmp_path):
     path = build_report(tmp_path)
     text = path.read_text()
-    assert "No steps recorded." in text and "- preemptions: 0" in text
+    assert "No steps recorded." in text and "No events.jsonl" in text
     assert not list(tmp_path.glob("*.png"))
