@@ -297,6 +297,11 @@ def test_every_available_level_runs_and_contains(level):
         code = "import socket; s = socket.socket(); s.settimeout(2); print('errno', s.connect_ex(('1.1.1.1', 80)))"
         res = _script(_CHILD.format(code=code), OS_LIMITS, iso)
         assert "errno" in res.output and "errno 0" not in res.output
+        # ... and its writes to the shared temp dirs land in a private tmpfs, not the host's
+        target = f"/tmp/pearl-escape-{uuid.uuid4().hex}"
+        code = f"open({target!r}, 'w').write('x'); print('wrote')"
+        res = _script(_CHILD.format(code=code), OS_LIMITS, iso)
+        assert "wrote" in res.output and not os.path.exists(target)
     start = time.monotonic()
     res = _script("import time\ntime.sleep(60)", Limits(wall_timeout_s=1), iso)
     assert res.killed_reason == "timeout" and time.monotonic() - start < 4

@@ -76,6 +76,37 @@ def _set_limits(limits):
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"],) * 2)
 
 
+def _private_tmp(root):
+    """Hide the host's shared writable dirs behind fresh tmpfs mounts (own mount namespace only).
+
+    The sandbox directory itself is bind-mounted back at /tmp/sandbox (through an fd opened
+    before /tmp is covered), so the run sees only its project plus empty scratch dirs. Any
+    failure leaves the mounts as they are (the other layers still hold); returns the root.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+    except Exception:
+        return root
+    ms_nosuid, ms_nodev, ms_bind = 2, 4, 4096
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for d in ("/tmp", "/var/tmp", "/dev/shm"):
+            if os.path.isdir(d) and not os.path.islink(d):
+                flags = ms_nosuid | ms_nodev
+                if libc.mount(b"tmpfs", d.encode(), b"tmpfs", flags, b"size=16m,mode=1777") != 0:
+                    return root if d == "/tmp" else "/tmp/sandbox"
+            if d == "/tmp":
+                os.mkdir("/tmp/sandbox", 0o700)
+                src = ("/proc/self/fd/" + str(fd)).encode()
+                if libc.mount(src, b"/tmp/sandbox", None, ms_bind, None) != 0:
+                    raise OSError(ctypes.get_errno(), "bind mount of the sandbox failed")
+        return "/tmp/sandbox"
+    finally:
+        os.close(fd)
+
+
 def _drop_privileges(uid):
     os.setgroups([])
     os.setresgid(uid, uid, uid)
@@ -218,9 +249,13 @@ def main():
     nonce = sys.stdin.readline().strip()
     sys.stdin.close()
     _set_limits(cfg["limits"])
+    root = os.path.realpath(cfg["root"])
+    if cfg.get("private_tmp"):
+        root = _private_tmp(root)
+        for name in [m for m in sys.modules if m.split(".")[0] in ("ctypes", "_ctypes")]:
+            del sys.modules[name]  # so that model code importing ctypes meets the hook
     if cfg.get("uid") is not None:
         _drop_privileges(cfg["uid"])
-    root = os.path.realpath(cfg["root"])
     os.chdir(root)
     sys.path.insert(0, root)
     sys.dont_write_bytecode = True

@@ -156,6 +156,7 @@ def _run(root: Path, limits: Limits, iso: Isolation, *, mode: str, script: str |
         "mode": mode,
         "script": script,
         "allow_subprocess": limits.allow_subprocess,
+        "private_tmp": iso.level in ("full", "userns"),  # only inside our mount namespace
         "limits": {
             "cpu_time_s": limits.cpu_time_s,
             "memory_bytes": limits.memory_bytes,
