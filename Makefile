@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 demo: $(STAMP)
-	$(VENV)/bin/pearl demo
+	$(VENV)/bin/pearl run examples/demo.yaml
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pearl tests bench

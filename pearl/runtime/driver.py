@@ -33,8 +33,14 @@ from pearl.runtime.trajectory import RuntimeTrajectory
 log = logging.getLogger(__name__)
 
 
-
-def run(cfg: RunConfig, *, out_dir: Path, resume: bool = False, live: bool = True, config_dir: Path | None = None) -> dict[str, Any]:
+def run(
+    cfg: RunConfig,
+    *,
+    out_dir: Path,
+    resume: bool = False,
+    live: bool = True,
+    config_dir: Path | None = None,
+) -> dict[str, Any]:
     """Run (or resume) a whole training run; returns its summary (also in metrics.json)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     driver = Driver(cfg, Path(out_dir), resume=resume, live=live, config_dir=config_dir)
@@ -42,7 +48,9 @@ def run(cfg: RunConfig, *, out_dir: Path, resume: bool = False, live: bool = Tru
 
 
 class Driver:
-    def __init__(self, cfg: RunConfig, out_dir: Path, *, resume: bool, live: bool, config_dir: Path | None) -> None:
+    def __init__(
+        self, cfg: RunConfig, out_dir: Path, *, resume: bool, live: bool, config_dir: Path | None
+    ) -> None:
         self.cfg = cfg
         self.out_dir = out_dir
         self.resume = resume
@@ -51,7 +59,9 @@ class Driver:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.t0 = time.monotonic()
         self.time_offset_s = 0.0
-        self.training_gpus = tuple(Gpu(f"t{i}", Zone.OVERLAP, "training") for i in range(cfg.cluster.num_training))
+        self.training_gpus = tuple(
+            Gpu(f"t{i}", Zone.OVERLAP, "training") for i in range(cfg.cluster.num_training)
+        )
         self.lent: set[str] = set()
         self.wants_deadline: float | None = None
         self.trained_steps = 0
@@ -76,7 +86,12 @@ class Driver:
 
     def record(self, kind: str, payload: Any) -> None:
         if kind in ("interrupt", "resume"):
-            self.recorder.record_event(self.now(), kind, payload.get("reason", kind) if isinstance(payload, dict) else str(payload), **(payload if isinstance(payload, dict) else {}))
+            self.recorder.record_event(
+                self.now(),
+                kind,
+                payload.get("reason", kind) if isinstance(payload, dict) else str(payload),
+                **(payload if isinstance(payload, dict) else {}),
+            )
         elif kind == "error":
             log.warning("runtime error: %s", payload)
             self.recorder.record_event(self.now(), "error", str(payload))
@@ -107,14 +122,15 @@ class Driver:
         self.cluster = None
         if cfg.address is None:
             self.cluster = LocalCluster(head_cpus=2)
-            self.cluster.add_node("dedicated", Zone.DEDICATED, [f"d{i}" for i in range(cfg.num_dedicated)])
+            self.cluster.add_node(
+                "dedicated", Zone.DEDICATED, [f"d{i}" for i in range(cfg.num_dedicated)]
+            )
             self.cluster.add_node("training", Zone.OVERLAP, [g.gpu_id for g in self.training_gpus])
             self.cluster.connect(namespace=f"pearl-{os.getpid()}")
         else:
             ray.init(address=cfg.address, namespace=f"pearl-{os.getpid()}", log_to_driver=False)
 
     async def _run(self, ckpt: dict[str, Any] | None) -> dict[str, Any]:
-        import ray
 
         from pearl.runtime.engine import ByteTokenizer, ModelConfig
         from pearl.runtime.live import LiveView
@@ -128,7 +144,12 @@ class Driver:
         if cfg.model.checkpoint_dir is None:
             model_cfg = ModelConfig.tiny(**cfg.model.tiny_overrides)
         self.registry = get_registry(name=REGISTRY, keep=cfg.rollout.max_staleness + 3)
-        tcfg = TrainerConfig(lr=cfg.trainer.lr, clip_eps=cfg.trainer.clip_eps, kl_coef=cfg.trainer.kl_coef, micro_batch_size=cfg.trainer.micro_batch_size)
+        tcfg = TrainerConfig(
+            lr=cfg.trainer.lr,
+            clip_eps=cfg.trainer.clip_eps,
+            kl_coef=cfg.trainer.kl_coef,
+            micro_batch_size=cfg.trainer.micro_batch_size,
+        )
         self.trainer = start_trainer(
             {"num_cpus": 0, "resources": {"pearl_zone_overlap": 0.001}},
             model_cfg,
@@ -140,7 +161,9 @@ class Driver:
             torch_threads=cfg.engine.torch_threads,
         )
         if ckpt is not None:
-            self.version = await _aget(self.trainer.load.remote(str(self._ckpt_dir() / "trainer.pt")))
+            self.version = await _aget(
+                self.trainer.load.remote(str(self._ckpt_dir() / "trainer.pt"))
+            )
             self.trained_steps = int(ckpt["trained_steps"])
             self.step_metrics = list(ckpt["step_metrics"])
             self.expected_rollout_s = float(ckpt["expected_rollout_s"])
@@ -159,9 +182,15 @@ class Driver:
         )
         self.world = RayWorld(cfg, spec, emit=self.emit, now=self.now, on_record=self.record)
         if ckpt is not None:
-            self.world.restored_done = {d["traj_id"]: RuntimeTrajectory.from_json(d) for d in ckpt["done_trajectories"]}
-        policy = dataclasses.replace(get_policy(cfg.controller.policy), max_staleness=cfg.rollout.max_staleness)
-        dedicated = tuple(Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated))
+            self.world.restored_done = {
+                d["traj_id"]: RuntimeTrajectory.from_json(d) for d in ckpt["done_trajectories"]
+            }
+        policy = dataclasses.replace(
+            get_policy(cfg.controller.policy), max_staleness=cfg.rollout.max_staleness
+        )
+        dedicated = tuple(
+            Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated)
+        )
         self.controller = Controller(
             policy,
             state=ClusterState(gpus=dedicated),
@@ -193,7 +222,11 @@ class Driver:
         if t.source is None or self.cluster is None:
             return []
         source = t.source
-        if self.config_dir is not None and not Path(source).exists() and (self.config_dir / source).exists():
+        if (
+            self.config_dir is not None
+            and not Path(source).exists()
+            and (self.config_dir / source).exists()
+        ):
             source = str(self.config_dir / source)
         trace = load_trace(source, scale_ratio=t.scale, window_s=t.window, cap=t.cap)
         actions = schedule(trace, time_scale=t.time_scale, notice_s=t.reclaim_notice_s)
@@ -240,13 +273,22 @@ class Driver:
                 self.lent -= set(c.gpu_ids)
                 on_time = self.wants_deadline is None or self.now() <= self.wants_deadline
                 self.late_returns += 0 if on_time else 1
-                self.note("return", self._last_decision("return") or "borrow window over", gpus=list(c.gpu_ids), on_time=on_time)
+                self.note(
+                    "return",
+                    self._last_decision("return") or "borrow window over",
+                    gpus=list(c.gpu_ids),
+                    on_time=on_time,
+                )
                 if not self.lent:
                     self.wants_deadline = None
                     self._maybe_train()
             return
         if isinstance(c, cmd.AdmitGroup):
-            self.note("expansion", f"group {c.group_id} admitted: {list(c.worker_ids)}", workers=list(c.worker_ids))
+            self.note(
+                "expansion",
+                f"group {c.group_id} admitted: {list(c.worker_ids)}",
+                workers=list(c.worker_ids),
+            )
         self.world.execute(c)
 
     def _last_decision(self, word: str) -> str:
@@ -265,8 +307,22 @@ class Driver:
             self._last_state = after
         active = (Status.ACTIVE,)
         c0, c1 = config_of(before, active), config_of(after, active)
-        if c0 is not None and c1 is not None and c0 != c1 and (c0.mode != c1.mode or (c0.num_prefill, c0.num_decode) != (c1.num_prefill, c1.num_decode) and not c1.is_colocated):
-            self.note("pd_reconfig", f"{c0} -> {c1}: {new[-1] if new else self._last_decision('->')}", before=str(c0), after=str(c1))
+        if (
+            c0 is not None
+            and c1 is not None
+            and c0 != c1
+            and (
+                c0.mode != c1.mode
+                or (c0.num_prefill, c0.num_decode) != (c1.num_prefill, c1.num_decode)
+                and not c1.is_colocated
+            )
+        ):
+            self.note(
+                "pd_reconfig",
+                f"{c0} -> {c1}: {new[-1] if new else self._last_decision('->')}",
+                before=str(c0),
+                after=str(c1),
+            )
 
     # -- trace player ----------------------------------------------------------------------
     async def _play_due(self) -> None:
@@ -276,7 +332,9 @@ class Driver:
             a = self.player.pop(0)
             name = node_name(a.gpu_id)
             if a.kind == "add":
-                self.cluster.add_node(name, Zone.PREEMPTIBLE, [a.gpu_id])  # Ray needs the main thread
+                self.cluster.add_node(
+                    name, Zone.PREEMPTIBLE, [a.gpu_id]
+                )  # Ray needs the main thread
                 self.emit(ev.GpusOffered(self.now(), (Gpu(a.gpu_id, Zone.PREEMPTIBLE, name),)))
                 self.note("offer", f"trace: preemptible {a.gpu_id} joined")
             elif a.kind == "notice":
@@ -284,7 +342,11 @@ class Driver:
                     self.cluster.drain_node(name, max(0.0, a.deadline_s - self.now()))
                 deadline = self.now() + max(0.0, a.deadline_s - a.at_s)
                 self.emit(ev.ReclaimNotice(self.now(), (a.gpu_id,), deadline))
-                self.note("preemption", f"trace: {a.gpu_id} reclaimed at {deadline:.1f}s (notice)", gpus=[a.gpu_id])
+                self.note(
+                    "preemption",
+                    f"trace: {a.gpu_id} reclaimed at {deadline:.1f}s (notice)",
+                    gpus=[a.gpu_id],
+                )
             else:
                 if name in self.cluster.node_names:
                     self.cluster.remove_node(name)
@@ -321,7 +383,9 @@ class Driver:
         if self.lent:
             if self.wants_deadline is None:
                 self.wants_deadline = self.now() + self.cfg.trainer.return_grace_s
-                self.emit(ev.TrainingWants(self.now(), tuple(sorted(self.lent)), self.wants_deadline))
+                self.emit(
+                    ev.TrainingWants(self.now(), tuple(sorted(self.lent)), self.wants_deadline)
+                )
             return
         self.training = True
         asyncio.get_running_loop().create_task(self._train(step))
@@ -346,7 +410,9 @@ class Driver:
             "train_time_s": self.now() - t0,
             "generated_tokens": sum(sum(t.response_mask) for t in trajs),
             "interrupted_trajectories": sum(1 for t in trajs if t.num_interrupts),
-            "min_segment_version": min((t.min_version for t in trajs if t.min_version is not None), default=None),
+            "min_segment_version": min(
+                (t.min_version for t in trajs if t.min_version is not None), default=None
+            ),
             "trajectory_ids": [t.traj_id for t in trajs],
             "t_s": self.now(),
         }
@@ -399,7 +465,9 @@ class Driver:
         try:
             return json.loads(path.read_text())
         except json.JSONDecodeError as err:
-            raise InputError(str(path), f"corrupt checkpoint: {err.msg}", location=f"line {err.lineno}") from None
+            raise InputError(
+                str(path), f"corrupt checkpoint: {err.msg}", location=f"line {err.lineno}"
+            ) from None
 
     # -- live view and the end -------------------------------------------------------------------
     def _refresh_live(self) -> None:
@@ -407,7 +475,15 @@ class Driver:
         by: dict[str, dict[str, int]] = {}
         for g in state.gpus:
             wid = state.owner_of(g.gpu_id)
-            kind = "idle" if wid is None else (state.worker(wid).role.value if state.worker(wid).status is Status.ACTIVE else state.worker(wid).status.value)
+            kind = (
+                "idle"
+                if wid is None
+                else (
+                    state.worker(wid).role.value
+                    if state.worker(wid).status is Status.ACTIVE
+                    else state.worker(wid).status.value
+                )
+            )
             by.setdefault(g.zone.value, {}).setdefault(kind, 0)
             by[g.zone.value][kind] += 1
         done = sum(1 for t in self.world.trajs.values() if t.done and t.step == self.version)

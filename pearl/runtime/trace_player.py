@@ -31,7 +31,13 @@ def node_name(gpu_id: str) -> str:
     return f"node-{gpu_id}"
 
 
-def schedule(trace: AvailabilityTrace, *, time_scale: float = 1.0, notice_s: float | None = None, prefix: str = "pre") -> list[TraceAction]:
+def schedule(
+    trace: AvailabilityTrace,
+    *,
+    time_scale: float = 1.0,
+    notice_s: float | None = None,
+    prefix: str = "pre",
+) -> list[TraceAction]:
     """The trace as wall-clock actions: `time_scale` trace seconds per wall second."""
     if time_scale <= 0:
         raise ValueError("time_scale must be > 0")

@@ -53,7 +53,9 @@ class RuntimeTrajectory:
         self.partial_versions += [version] * len(ids)
         self.num_interrupts += 1
 
-    def finish_turn(self, ids: tuple[int, ...], logprobs: tuple[float, ...], version: int) -> list[int]:
+    def finish_turn(
+        self, ids: tuple[int, ...], logprobs: tuple[float, ...], version: int
+    ) -> list[int]:
         """Append a completed turn (with any preserved prefix); returns the turn's tokens."""
         turn_ids = self.partial_ids + list(ids)
         self.token_ids += turn_ids

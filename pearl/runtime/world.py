@@ -107,16 +107,22 @@ class RayWorld:
         if self.rng.random() < self.cfg.cluster.worker_init_failure_rate:
             await asyncio.sleep(0.2)
             self.counters["init_failures"] += 1
-            self.emit(ev.WorkerInitFailed(self.now(), c.worker_id, "injected start failure (chaos)"))
+            self.emit(
+                ev.WorkerInitFailed(self.now(), c.worker_id, "injected start failure (chaos)")
+            )
             return
         try:
-            handle = start_worker(c.worker_id, c.role, c.gpu_ids, self.engine_spec, use_cuda=self.cfg.cluster.use_cuda)
+            handle = start_worker(
+                c.worker_id, c.role, c.gpu_ids, self.engine_spec, use_cuda=self.cfg.cluster.use_cuda
+            )
             self.workers[c.worker_id] = handle
             await asyncio.wait_for(_aget(handle.ready.remote()), INIT_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - any start failure cancels the group
             self.counters["init_failures"] += 1
             self._kill(c.worker_id)
-            self.emit(ev.WorkerInitFailed(self.now(), c.worker_id, f"{type(err).__name__}: {err}"[:200]))
+            self.emit(
+                ev.WorkerInitFailed(self.now(), c.worker_id, f"{type(err).__name__}: {err}"[:200])
+            )
             return
         self.emit(ev.WorkerReady(self.now(), c.worker_id))
 
@@ -206,13 +212,26 @@ class RayWorld:
         if c.full_prefill and traj.num_interrupts:
             traj.num_resumes += 1
             self.counters["resumes"] += 1
-            self.on_record("resume", {"traj_id": c.traj_id, "worker": c.prefill_worker_id, "context_tokens": len(prompt)})
+            self.on_record(
+                "resume",
+                {
+                    "traj_id": c.traj_id,
+                    "worker": c.prefill_worker_id,
+                    "context_tokens": len(prompt),
+                },
+            )
         seed = self.rng.randrange(1 << 30)
         req = TurnRequest(
             c.traj_id,
             traj.num_turns * 100 + traj.num_interrupts,
             tuple(prompt),
-            SamplingParams(temperature=rc.temperature, top_p=rc.top_p, max_new_tokens=budget, seed=seed, stop_token_ids=(self.tok.eos_token_id,)),
+            SamplingParams(
+                temperature=rc.temperature,
+                top_p=rc.top_p,
+                max_new_tokens=budget,
+                seed=seed,
+                stop_token_ids=(self.tok.eos_token_id,),
+            ),
             step=traj.step,
             resumed=c.full_prefill,
             t_queued_s=time.time(),
@@ -222,8 +241,23 @@ class RayWorld:
         if res.interrupted or res.error is not None and not _is_length_refusal(res):
             traj.keep_partial(res.token_ids, res.logprobs, res.weight_version)
             self.counters["interrupts"] += 1
-            self.on_record("interrupt", {"traj_id": c.traj_id, "worker": res.worker_id, "reason": res.error or res.finish_reason, "kept_tokens": len(res.token_ids)})
-            self.emit(ev.RequestInterrupted(self.now(), c.traj_id, res.worker_id or c.prefill_worker_id, len(traj.partial_ids)))
+            self.on_record(
+                "interrupt",
+                {
+                    "traj_id": c.traj_id,
+                    "worker": res.worker_id,
+                    "reason": res.error or res.finish_reason,
+                    "kept_tokens": len(res.token_ids),
+                },
+            )
+            self.emit(
+                ev.RequestInterrupted(
+                    self.now(),
+                    c.traj_id,
+                    res.worker_id or c.prefill_worker_id,
+                    len(traj.partial_ids),
+                )
+            )
             return
         if res.error is not None:  # refused for length: the trajectory ends here
             traj.truncated = True
@@ -241,19 +275,39 @@ class RayWorld:
         dec_id = c.decode_worker_id or c.prefill_worker_id
         dec_h = self.workers.get(dec_id)
         if pre_h is None or dec_h is None:
-            return TurnResult(req.traj_id, req.turn, (), (), WORKER_LOST, c.prefill_worker_id, error="worker unknown")
+            return TurnResult(
+                req.traj_id,
+                req.turn,
+                (),
+                (),
+                WORKER_LOST,
+                c.prefill_worker_id,
+                error="worker unknown",
+            )
         prefill = None
         if c.decode_worker_id is not None:
             try:
                 prefill = await _aget(pre_h.prefill.remote(req))
             except Exception as err:  # noqa: BLE001 - the prefill worker died
-                return TurnResult(req.traj_id, req.turn, (), (), WORKER_LOST, c.prefill_worker_id, error=repr(err)[:200])
+                return TurnResult(
+                    req.traj_id,
+                    req.turn,
+                    (),
+                    (),
+                    WORKER_LOST,
+                    c.prefill_worker_id,
+                    error=repr(err)[:200],
+                )
             if not prefill.needs_decode:
                 return prefill.as_turn_result()
         stream = dec_h.serve.options(num_returns="streaming").remote(req, prefill)
         res = await collect_turn(stream, req, dec_id)
         if res.finish_reason == KV_LOST and prefill is not None:
-            return dataclasses.replace(res, token_ids=prefill.token_ids + res.token_ids, logprobs=prefill.logprobs + res.logprobs)
+            return dataclasses.replace(
+                res,
+                token_ids=prefill.token_ids + res.token_ids,
+                logprobs=prefill.logprobs + res.logprobs,
+            )
         return res
 
     def _finish_turn_event(self, traj_id: str, worker_id: str, record: Any) -> None:
@@ -342,6 +396,8 @@ def _is_length_refusal(res: TurnResult) -> bool:
 
 def _with_env_times(rec: Any, env_record: Any) -> Any:
     try:
-        return dataclasses.replace(rec, t_env_start_s=env_record.t_start_s, t_env_end_s=env_record.t_end_s)
+        return dataclasses.replace(
+            rec, t_env_start_s=env_record.t_start_s, t_env_end_s=env_record.t_end_s
+        )
     except (TypeError, AttributeError, ValueError):
         return rec

@@ -44,7 +44,13 @@ def run_dir(tmp_path_factory):
     cfg = RunConfig.model_validate(
         {
             "seed": 3,
-            "rollout": {"batch_size": 8, "group_size": 4, "max_new_tokens": 3, "max_context_tokens": 96, "max_staleness": 1},
+            "rollout": {
+                "batch_size": 8,
+                "group_size": 4,
+                "max_new_tokens": 3,
+                "max_context_tokens": 96,
+                "max_staleness": 1,
+            },
             "trainer": {"num_steps": 3, "lr": 0.01},
             "cluster": {"num_dedicated": 1, "num_training": 1, "worker_init_failure_rate": 0.25},
             "trace": {"source": str(d / "trace.json"), "cap": 2},

@@ -50,7 +50,9 @@ class TrainerActor:
         else:
             model = Qwen3ForCausalLM(model_config)
             model.init_weights(init_seed)
-        self.trainer = GRPOTrainer(model, trainer_cfg, device=device, logits_fn=causal_lm_logits, pad_id=pad_id)
+        self.trainer = GRPOTrainer(
+            model, trainer_cfg, device=device, logits_fn=causal_lm_logits, pad_id=pad_id
+        )
         self.registry_name = registry_name
 
     def version(self) -> int:
