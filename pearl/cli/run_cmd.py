@@ -42,6 +42,30 @@ def _with_overrides(cfg: Any, *, address: str | None, steps: int | None) -> Any:
     return cfg
 
 
+def _absolute(value: str | None, base_dir: Path) -> str | None:
+    """A relative path that exists (from the current directory, else from `base_dir`) made
+    absolute; anything else (a bundled trace name, None) unchanged."""
+    if value is None or Path(value).is_absolute():
+        return value
+    for candidate in (Path(value), base_dir / value):
+        if candidate.exists():
+            return str(candidate.resolve())
+    return value
+
+
+def _resolve_paths(cfg: Any, base_dir: Path) -> Any:
+    """Trace file and checkpoint dir resolved against the config file's directory, so the
+    run directory's config.yaml still finds them on --resume from anywhere."""
+    trace = _absolute(cfg.trace.source, base_dir)
+    ckpt = _absolute(cfg.model.checkpoint_dir, base_dir)
+    return cfg.model_copy(
+        update={
+            "trace": cfg.trace.model_copy(update={"source": trace}),
+            "model": cfg.model.model_copy(update={"checkpoint_dir": ckpt}),
+        }
+    )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run")
     @guarded
@@ -88,6 +112,7 @@ def register(app: typer.Typer) -> None:
             check_out_dir(out_dir, resume=False)
             config_path = config
         cfg = _with_overrides(load_run_config(config_path), address=address, steps=steps)
+        cfg = _resolve_paths(cfg, config_path.parent)
 
         from pearl.runtime import driver  # imports Ray: only now
 

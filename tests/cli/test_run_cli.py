@@ -146,3 +146,26 @@ def test_ctrl_c_says_how_to_resume(tmp_path, monkeypatch):
     out = tmp_path / "run"
     res = runner.invoke(app, ["run", str(_config(tmp_path)), "--out", str(out)])
     assert res.exit_code == 130 and f"pearl run --resume {out}" in res.output
+
+
+def test_trace_and_checkpoint_paths_resolve_against_the_config_file(tmp_path, calls, monkeypatch):
+    """A trace file next to the config is found from any directory, and stays found on
+    --resume (the run's config.yaml holds the absolute path); trace names stay names."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "t.json").write_text("{}")
+    (conf / "ckpt").mkdir()
+    cfg = conf / "run.yaml"
+    cfg.write_text("trace: {source: t.json}\nmodel: {checkpoint_dir: ckpt}\n")
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["run", str(cfg), "--out", "run", "--no-live", "--json"])
+    assert res.exit_code == 0, res.output
+    got = calls[0]["cfg"]
+    assert got.trace.source == str((conf / "t.json").resolve())
+    assert got.model.checkpoint_dir == str((conf / "ckpt").resolve())
+    res = runner.invoke(app, ["run", "--resume", "run", "--no-live", "--json"])
+    assert res.exit_code == 0, res.output
+    assert calls[1]["cfg"].trace.source == got.trace.source
+    cfg.write_text("trace: {source: demo}\n")
+    res = runner.invoke(app, ["run", str(cfg), "--out", "run2", "--no-live", "--json"])
+    assert res.exit_code == 0 and calls[2]["cfg"].trace.source == "demo"
