@@ -92,16 +92,16 @@ def paged_attention(
     nd = ctx.num_decode_tokens
     if nd:
         assert ctx.decode_block_tables is not None and ctx.decode_positions is not None
-        k_keys = k_cache[ctx.decode_block_tables].flatten(1, 2).transpose(1, 2)
-        v_keys = v_cache[ctx.decode_block_tables].flatten(1, 2).transpose(1, 2)
+        k_keys = _gather(k_cache, ctx.decode_block_tables).transpose(1, 2)
+        v_keys = _gather(v_cache, ctx.decode_block_tables).transpose(1, 2)
         out = F.scaled_dot_product_attention(
             q[:nd, :, None, :], k_keys, v_keys, attn_mask=ctx.decode_mask, enable_gqa=gqa
         )
         outs.append(out.reshape(nd, num_heads * head_dim))
     if ctx.num_seqs:
         assert ctx.block_tables is not None
-        k_keys = k_cache[ctx.block_tables].flatten(1, 2)
-        v_keys = v_cache[ctx.block_tables].flatten(1, 2)
+        k_keys = _gather(k_cache, ctx.block_tables)
+        v_keys = _gather(v_cache, ctx.block_tables)
         outs.append(_chunk_attention(q[nd:], k_keys, v_keys, ctx, gqa))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 
@@ -126,6 +126,17 @@ def _chunk_attention(
     )
     out = out.transpose(1, 2).reshape(b * lq, num_heads * head_dim)
     return out[ctx.q_slot]
+
+
+def _gather(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+    """Keys of each sequence in order: [B, max_blocks * block_size, kv_heads, head_dim].
+
+    index_select over whole blocks (contiguous rows) is several times faster on CPU than
+    advanced indexing with a 2-D index.
+    """
+    b, nb = block_tables.shape
+    rows = cache.index_select(0, block_tables.reshape(-1))
+    return rows.view(b, nb * cache.shape[1], *cache.shape[2:])
 
 
 def _to_grid(x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:

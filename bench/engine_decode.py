@@ -1,0 +1,177 @@
+"""Engine decode throughput at batch 1, 8, 32 vs HF transformers' `generate` (same tiny model).
+
+Two workloads per batch size B (greedy, prompts of random byte tokens, seeded):
+- uniform: B requests, 32-token prompts, 64 new tokens each, all in one batch;
+- mixed:   4*B requests, 16..64-token prompts, 8..128 new tokens each (uniform, seeded),
+  at most B in flight. Our engine refills a finished request's seat at the next step
+  (continuous batching); `generate` runs static batches of B in arrival order, each until
+  its longest request is done (that is how HF generate batches; finished rows keep
+  computing padding). Only requested tokens count.
+Figures are generated tokens per second (prefill time included), one torch thread for both
+engines. The machine is shared, so the headline figure divides by this process's CPU time
+(`time.process_time`, immune to time stolen by other processes); wall-clock ratios are
+printed next to it.
+
+    .venv/bin/python -m bench.engine_decode [--no-write] [--threads N] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import torch
+
+from bench._md import machine_line, write_section
+from pearl.runtime.engine import LLMEngine, ModelConfig, SamplingParams
+
+BATCHES = (1, 8, 32)
+TARGET_RATIO_AT_32 = 2.0
+
+
+def bench_config() -> ModelConfig:
+    return ModelConfig.tiny(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=32,
+    )
+
+
+def workload(kind: str, batch: int, seed: int) -> list[tuple[list[int], int]]:
+    """(prompt token ids, new tokens) per request."""
+    rng = random.Random(seed * 1000 + batch)
+    if kind == "uniform":
+        return [([rng.randrange(256) for _ in range(32)], 64) for _ in range(batch)]
+    return [
+        ([rng.randrange(256) for _ in range(rng.randint(16, 64))], rng.randint(8, 128))
+        for _ in range(4 * batch)
+    ]
+
+
+class Clock:
+    """Wall-clock and CPU seconds of a block (CPU on an accelerator would be misleading)."""
+
+    def __enter__(self) -> Clock:
+        self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = time.perf_counter() - self.wall0
+        self.cpu_s = time.process_time() - self.cpu0
+
+
+def run_engine(engine: LLMEngine, reqs: list[tuple[list[int], int]]) -> None:
+    for i, (prompt, n) in enumerate(reqs):
+        engine.add_request(f"q{i}", prompt, SamplingParams(temperature=0, max_new_tokens=n))
+    produced = 0
+    while engine.has_unfinished():
+        produced += sum(len(o.new_token_ids) for o in engine.step())
+    assert produced == sum(n for _, n in reqs)
+
+
+def run_hf(hf, reqs: list[tuple[list[int], int]], batch: int, device: torch.device) -> None:
+    for start in range(0, len(reqs), batch):
+        chunk = reqs[start : start + batch]
+        width = max(len(p) for p, _ in chunk)
+        ids = torch.full((len(chunk), width), 256, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, (p, _) in enumerate(chunk):  # left padding, as decoder-only generate needs
+            ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
+        with torch.no_grad():
+            hf.generate(
+                ids.to(device),
+                attention_mask=mask.to(device),
+                do_sample=False,
+                max_new_tokens=max(n for _, n in chunk),
+                min_new_tokens=max(n for _, n in chunk),
+            )
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    import transformers  # test/bench-only dependency
+
+    transformers.logging.set_verbosity_error()
+    device = torch.device(args.device)
+    use_wall = device.type != "cpu"
+    basis = "wall-clock" if use_wall else "CPU-time"
+    cfg = bench_config()
+    torch.manual_seed(0)
+    hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**cfg.to_hf_dict()))
+    hf = hf.to(device).eval()
+    hf.generation_config.pad_token_id = 256
+    hf.generation_config.eos_token_id = None
+    engine = LLMEngine(
+        cfg, device=device, num_kv_blocks=2048, block_size=16, max_num_batched_tokens=1024
+    )
+    engine.load_weights(hf.state_dict(), version=1)
+    run_engine(engine, workload("uniform", 2, seed=9))  # warm-up both
+    run_hf(hf, workload("uniform", 2, seed=9), 2, device)
+
+    rows, ratio_32 = [], {}
+    for batch in BATCHES:
+        engine.scheduler.max_num_seqs = batch
+        for kind in ("uniform", "mixed"):
+            reqs = workload(kind, batch, seed=0)
+            tokens = sum(n for _, n in reqs)
+            with Clock() as ours:
+                run_engine(engine, reqs)
+            with Clock() as ref:
+                run_hf(hf, reqs, batch, device)
+            t_ours, t_hf = (ours.wall_s, ref.wall_s) if use_wall else (ours.cpu_s, ref.cpu_s)
+            ratio, wall_ratio = t_hf / t_ours, ref.wall_s / ours.wall_s
+            if batch == 32:
+                ratio_32[kind] = ratio
+            rows.append(
+                f"| {batch} | {kind} | {tokens / t_ours:,.0f} | {tokens / t_hf:,.0f} "
+                f"| {ratio:.2f}x | {wall_ratio:.2f}x |"
+            )
+            print(
+                f"batch {batch:>2} {kind:>7}: engine {tokens / t_ours:8.0f} tok/s, "
+                f"HF generate {tokens / t_hf:8.0f} tok/s, ratio {ratio:.2f}x "
+                f"(wall-clock ratio {wall_ratio:.2f}x)"
+            )
+    verdict = "meets" if ratio_32["mixed"] >= TARGET_RATIO_AT_32 else "MISSES"
+    print(f"batch 32 mixed: {ratio_32['mixed']:.2f}x ({verdict} the >= 2x target)")
+    body = "\n".join(
+        [
+            "## Engine decode throughput vs HF `generate`",
+            "",
+            f"Model: Qwen3 architecture, 4 layers, hidden 256, 8/4 heads, byte vocabulary "
+            f"({sum(p.numel() for p in hf.parameters()) / 1e6:.1f} M parameters), float32, "
+            f"device {device}, {args.threads} torch thread(s); {machine_line()}. Greedy; "
+            "generated tokens per second including prefill. *uniform*: B requests x 64 new "
+            "tokens in one batch. *mixed*: 4B requests with 8..128 new tokens, at most B in "
+            "flight (continuous batching vs HF's static batches). Measured in one run on a "
+            "shared machine: compare the ratios, not the absolute numbers.",
+            "",
+            f"Throughputs are per {basis} second.",
+            "",
+            "| batch | workload | engine tok/s | HF generate tok/s | ratio | wall-clock ratio |",
+            "|---:|---|---:|---:|---:|---:|",
+            *rows,
+            "",
+            f"Target at batch 32: >= {TARGET_RATIO_AT_32:g}x (mixed workload): "
+            f"{ratio_32['mixed']:.2f}x, {verdict}.",
+            "",
+            "Rerun: `.venv/bin/python -m bench.engine_decode` (`--no-write` to only print).",
+        ]
+    )
+    if not args.no_write:
+        write_section("engine_decode", body)
+
+
+if __name__ == "__main__":
+    main()
