@@ -92,6 +92,18 @@ class WorkerHardware:
     gpu: GpuSpec
     tp: int = 1
     params: HardwareParams = field(default_factory=HardwareParams)
+    # Derived in __post_init__ (coefficients precomputed once, for speed).
+    compute_rate: float = field(init=False, repr=False)  # effective FLOP/s of the worker
+    memory_rate: float = field(init=False, repr=False)  # effective HBM bytes/s
+    flops_per_token: float = field(init=False, repr=False)
+    flops_per_logit: float = field(init=False, repr=False)
+    attn_flops_per_pair: float = field(init=False, repr=False)
+    kv_bytes_per_token: float = field(init=False, repr=False)
+    dense_weight_bytes: float = field(init=False, repr=False)  # read every iteration
+    expert_weight_bytes: float = field(init=False, repr=False)  # all routed experts
+    expert_miss_prob: float = field(init=False, repr=False)  # 1 - k/E per token
+    tp_fixed_s: float = field(init=False, repr=False)
+    tp_per_token_s: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tp < 1:
@@ -101,7 +113,7 @@ class WorkerHardware:
         eff_c = p.compute_efficiency or eff_c
         eff_m = p.memory_efficiency or eff_m
         embed = m.vocab_size * m.hidden_size
-        set_ = object.__setattr__  # frozen: precompute coefficients once, for speed
+        set_ = object.__setattr__  # frozen dataclass
         set_(self, "compute_rate", eff_c * self.gpu.flops_per_s * self.tp)
         set_(self, "memory_rate", eff_m * self.gpu.hbm_bytes_per_s * self.tp)
         # The input embedding is a lookup; the LM head runs only for sampled positions.

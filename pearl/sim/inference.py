@@ -409,7 +409,8 @@ class InferenceWorker:
         pre: list[float] = []
         now, ctx = t, self._ctx_sum
         for i in range(iters):
-            tokens = pairs = prefix = logits = 0
+            tokens = prefix = logits = 0
+            pairs = 0.0
             for s, n in chunks:
                 pos = s.prefill_done + i * n
                 tokens += n

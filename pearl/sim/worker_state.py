@@ -6,7 +6,7 @@ composition, `WorkerStats` the worker's cumulative counters. Not part of the pub
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pearl.sim.inference_types import Request
 
@@ -126,8 +126,8 @@ class Segment:
     chunks: list[tuple[Seq, int]] | None
     iters: int
     end_s: float = 0.0
-    ends: list[float] | None = None
-    prefill_s: list[float] | None = None
+    ends: list[float] = field(default_factory=list)
+    prefill_s: list[float] = field(default_factory=list)
 
     @property
     def is_decode_stretch(self) -> bool:
