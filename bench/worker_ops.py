@@ -64,14 +64,16 @@ def run(repeats: int) -> dict[str, str]:
     cluster = LocalCluster(head_cpus=2, head_gpu_ids=tuple(f"s{i}" for i in range(repeats + 1)))
     cluster.connect()
     try:
-        starts = []
+        starts, in_actor = [], []
         for i in range(repeats):
             t0 = time.perf_counter()
             h = start_worker(f"w{i}", "colocated", (f"s{i}",), SPEC)
-            ray.get(h.ready.remote())
+            status = ray.get(h.ready.remote())
             starts.append(time.perf_counter() - t0)
+            in_actor.append(status.engine_build_s)
             ray.kill(h)
         out["worker start (new actor until ready)"] = ms(starts)
+        out["(of which engine build inside the actor)"] = ms(in_actor)
 
         w = start_worker("bench", "colocated", (f"s{repeats}",), SPEC)
         ray.get(w.ready.remote())
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = "\n".join(f"| {name} | {value} |" for name, value in results.items())
     body = f"""## Rollout-worker operations
 
-Median milliseconds over {args.repeats} runs (role change on an idle worker: {3 * args.repeats}), timed from the driver (actor-call round trip included) on one local Ray node; tiny Qwen3-architecture model (2 layers, hidden 64) on CPU, one torch thread per worker. A role change is in place (no restart); with a batch decoding it waits for the engine step in progress, so it costs about one step. Machine: {machine_line()}, shared with other jobs while measured.
+Median milliseconds over {args.repeats} runs (role change on an idle worker: {3 * args.repeats}), timed from the driver (actor-call round trip included) on one local Ray node; tiny Qwen3-architecture model (2 layers, hidden 64) on CPU, one torch thread per worker. A worker start is a new Ray worker process: process spawn and the Python, Ray and torch imports dominate it here (the rest of the row is the engine build inside the actor). A role change is in place (no restart); with a batch decoding it waits for the engine step in progress, so it costs about one step. Machine: {machine_line()}, shared with other jobs while measured.
 Rerun: `.venv/bin/python -m bench.worker_ops`.
 
 | operation | ms |

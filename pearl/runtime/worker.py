@@ -87,7 +87,9 @@ class RolloutWorker(WorkerControl):
     ) -> None:
         self.worker_id = worker_id
         self.role = Role(role)
+        t0 = time.perf_counter()
         self.engine = (engine or EngineSpec()).build()
+        self._engine_build_s = time.perf_counter() - t0
         self.transport = get_transport(transport)
         self.registry_name = registry_name
         self.probe = StepProbe(self.engine)
@@ -115,6 +117,7 @@ class RolloutWorker(WorkerControl):
             node_id=_node_id(),
             num_engine_steps=self.sink.num_steps,
             syncing_version=self._syncing,
+            engine_build_s=self._engine_build_s,
         )
 
     def telemetry(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -174,13 +177,14 @@ class RolloutWorker(WorkerControl):
                 payload = await asyncio.to_thread(self.transport.receive, prefill.handle)
             except KVLostError as err:
                 return self._error(request, str(err), KV_LOST)
+            self.transport.release(prefill.handle)
         async with self._lock:
-            if rid in self._live:
-                return self._error(request, f"request '{rid}' is already running here")
+            refuse = self._refusal(request, prefill, prefill_only)  # may have changed meanwhile
+            if refuse or rid in self._live:
+                return self._error(request, refuse or f"request '{rid}' is already running here")
             try:
                 if payload is not None:
                     self.engine.import_kv(rid, payload, request.sampling)
-                    self.transport.release(prefill.handle)
                     live.t_kv_end_s = time.time()
                 else:
                     self.engine.add_request(

@@ -189,6 +189,7 @@ class WorkerStatus:
     node_id: str
     num_engine_steps: int
     syncing_version: int | None = None
+    engine_build_s: float = 0.0  # time __init__ spent building the engine (start breakdown)
 
 
 async def collect_turn(

@@ -56,20 +56,23 @@ class WorkerControl:
         return await self._abort(request_ids, INTERRUPTED)
 
     async def _abort(self, request_ids: tuple[str, ...] | None, reason: str) -> list[TurnResult]:
-        results: list[TurnResult] = []
         async with self._lock:
-            for rid in list(self._live if request_ids is None else request_ids):
-                live = self._live.get(rid)
-                if live is None:
-                    continue
-                try:
-                    out = self.engine.abort(rid)
-                    tokens, logprobs = out.output_token_ids, out.output_logprobs
-                    cached = out.num_cached_prefix_tokens
-                except RequestRejected:  # not in the engine (any more)
-                    tokens, logprobs, cached = (), (), 0
-                self._finish(live, tokens, logprobs, reason, cached=cached)
-                results.append(live.done.result())  # type: ignore[union-attr]
+            return self._abort_locked(request_ids, reason)
+
+    def _abort_locked(self, request_ids: tuple[str, ...] | None, reason: str) -> list[TurnResult]:
+        results: list[TurnResult] = []
+        for rid in list(self._live if request_ids is None else request_ids):
+            live = self._live.get(rid)
+            if live is None:
+                continue
+            try:
+                out = self.engine.abort(rid)
+                tokens, logprobs = out.output_token_ids, out.output_logprobs
+                cached = out.num_cached_prefix_tokens
+            except RequestRejected:  # not in the engine (any more)
+                tokens, logprobs, cached = (), (), 0
+            self._finish(live, tokens, logprobs, reason, cached=cached)
+            results.append(live.done.result())
         return results
 
     def _fail_all(self, message: str) -> None:
@@ -83,8 +86,8 @@ class WorkerControl:
 
     async def release(self) -> list[TurnResult]:
         """Free device state (weights and KV); live turns are interrupted and returned."""
-        results = await self._abort(None, INTERRUPTED)
-        async with self._lock:
+        async with self._lock:  # one hold: no turn can slip in between abort and release
+            results = self._abort_locked(None, INTERRUPTED)
             await asyncio.to_thread(self.engine.release)
         return results
 

@@ -314,10 +314,16 @@ def test_ray_role_change_in_flight_and_weight_snapshot(actors) -> None:
 @pytest.mark.ray
 def test_ray_node_removed_mid_decode_keeps_every_prefix(cluster, actors) -> None:
     """A preemptible node dies mid-decode: every turn comes back with its streamed prefix,
-    and resuming it on a dedicated worker completes the same turn; the node's slots vanish."""
+    and resuming it on a dedicated worker completes the same turn. The watcher reports the
+    drain as a reclaim notice and the departure as GPUs gone."""
     import ray
 
-    from pearl.runtime.topology import discover_gpus, reclaim_notices
+    from pearl.control.events import GpusGone, GpusOffered, ReclaimNotice
+    from pearl.runtime.topology import ClusterWatcher, reclaim_notices
+
+    watcher = ClusterWatcher()
+    (offer,) = watcher.poll(0.0)
+    assert isinstance(offer, GpusOffered) and [g.gpu_id for g in offer.gpus] == ["p0", "p1"]
 
     victim, survivor = actors["b"], actors["a"]
     ray.get([victim.set_role.remote("colocated"), survivor.set_role.remote("colocated")])
@@ -337,6 +343,7 @@ def test_ray_node_removed_mid_decode_keeps_every_prefix(cluster, actors) -> None
             await asyncio.sleep(0.01)
         assert cluster.drain_node("pre", 30.0)
         notices = reclaim_notices()
+        assert watcher.poll(1.0) == [ReclaimNotice(1.0, ("p0", "p1"), pytest.approx(31.0, abs=2))]
         await asyncio.to_thread(cluster.remove_node, "pre")
         return notices, await asyncio.gather(*tasks)
 
@@ -358,7 +365,8 @@ def test_ray_node_removed_mid_decode_keeps_every_prefix(cluster, actors) -> None
     for i, (r, rest) in enumerate(zip(results, ray.get(resumed), strict=True)):
         n = len(r.token_ids)
         assert r.token_ids + rest.token_ids == ref[i][: n + 60]
-    deadline = time.time() + 30
-    while {g.gpu_id for g in discover_gpus()} != {"d0", "d1"} and time.time() < deadline:
-        time.sleep(0.2)
-    assert {g.gpu_id for g in discover_gpus()} == {"d0", "d1"}
+    deadline, events = time.time() + 30, []
+    while not events and time.time() < deadline:
+        events = watcher.poll(2.0)
+        time.sleep(0.1)
+    assert events == [GpusGone(2.0, ("p0", "p1"))]
