@@ -55,6 +55,7 @@ class Trajectory:
     generated_tokens: int = 0  # preserved tokens of an interrupted turn
     queue_seq: int = 0  # FIFO order among queued trajectories
     routed_s: float = float("-inf")  # when its current (or last) request was routed
+    env_since_s: float = float("-inf")  # when it last entered its environment
 
     @property
     def workers(self) -> tuple[str, ...]:
@@ -138,7 +139,9 @@ class TrajectoryBook:
         return out
 
     # -- batches ----------------------------------------------------------------------------
-    def start_batch(self, step: int, num_groups: int, group_size: int) -> tuple[str, ...]:
+    def start_batch(
+        self, step: int, num_groups: int, group_size: int, time_s: float = float("-inf")
+    ) -> tuple[str, ...]:
         """Add batch `step` (GRPO groups of `group_size`); its trajectories start in ENV."""
         if step in self._steps:
             raise BookError(f"batch {step} already started")
@@ -146,7 +149,7 @@ class TrajectoryBook:
         for g in range(num_groups):
             for i in range(group_size):
                 tid = f"s{step}-g{g}-{i}"
-                self._trajs[tid] = Trajectory(tid, step, g)
+                self._trajs[tid] = Trajectory(tid, step, g, env_since_s=time_s)
                 ids.append(tid)
         self._steps[step] = ids
         return tuple(ids)
@@ -160,10 +163,11 @@ class TrajectoryBook:
         return True
 
     # -- transitions ------------------------------------------------------------------------
-    def mark_ready(self, traj_id: str) -> bool:
-        """ENV -> WAITING: it needs the model for its next turn."""
+    def mark_ready(self, traj_id: str, time_s: float = float("inf")) -> bool:
+        """ENV -> WAITING: it needs the model for its next turn. An event older than its
+        entry into the environment (`time_s < env_since_s`) is a stale duplicate."""
         t = self._trajs.get(traj_id)
-        if t is None or t.state != TrajState.ENV:
+        if t is None or t.state != TrajState.ENV or time_s < t.env_since_s:
             return False
         t.state = TrajState.WAITING
         t.queue_seq = self._next_seq()
@@ -217,6 +221,7 @@ class TrajectoryBook:
         if time_s < t.routed_s:
             return False
         t.state = TrajState.ENV
+        t.env_since_s = time_s if time_s != float("inf") else t.routed_s
         t.num_turns += 1
         t.generated_tokens = 0
         # The prefill worker keeps the prefix in its cache; the next turn sticks to it.
@@ -268,10 +273,13 @@ class TrajectoryBook:
             if t.prefix_worker == worker_id:
                 t.prefix_worker = None
 
-    def mark_done(self, traj_id: str) -> bool:
-        """ENV/WAITING -> DONE (its last env step ended; no turn may be in flight)."""
+    def mark_done(self, traj_id: str, time_s: float = float("inf")) -> bool:
+        """ENV/WAITING -> DONE (its last env step ended; no turn may be in flight). An event
+        older than its entry into the environment is a stale duplicate."""
         t = self._trajs.get(traj_id)
         if t is None or t.state not in (TrajState.ENV, TrajState.WAITING):
+            return False
+        if time_s < t.env_since_s:
             return False
         t.state = TrajState.DONE
         t.prefix_worker = None

@@ -82,6 +82,9 @@ class Controller(ToggleMixin):
         self.offered = {}
         self.offer_window_s = None
         self.idle_until = {}
+        self.offered_at = {}
+        self.lost_at = {}
+        self.wanted_at = {}
         self.training_gpus = {g.gpu_id: Gpu(g.gpu_id, Zone.OVERLAP, g.node) for g in training_gpus}
         self.ignored = []
         self.decisions = []
@@ -131,7 +134,9 @@ class Controller(ToggleMixin):
             len(self.book.steps) < p.max_batches_in_flight
             and self.next_step - self.latest_version <= p.max_staleness
         ):
-            ids = self.book.start_batch(self.next_step, self.num_groups, self.group_size)
+            ids = self.book.start_batch(
+                self.next_step, self.num_groups, self.group_size, self.now_s
+            )
             self._emit(cmd.StartRolloutBatch(self.next_step, ids))
             self.next_step += 1
 
@@ -173,21 +178,21 @@ class Controller(ToggleMixin):
 
     # -- event handlers --------------------------------------------------------------------
     def _h_offer(self, e: ev.GpusOffered) -> None:
-        self._on_offer(e.gpus, e.expected_window_s)
+        self._on_offer(e.time_s, e.gpus, e.expected_window_s)
 
     def _h_reclaim(self, e: ev.ReclaimNotice) -> None:
-        self._on_reclaim(tuple(e.gpu_ids), e.deadline_s)
+        self._on_reclaim(e.time_s, tuple(e.gpu_ids), e.deadline_s)
         self._retry_if_stuck()
 
     def _h_gone(self, e: ev.GpusGone) -> None:
-        self._on_gone(tuple(e.gpu_ids))
+        self._on_gone(e.time_s, tuple(e.gpu_ids))
         self._retry_if_stuck()
 
     def _h_idle(self, e: ev.TrainingIdle) -> None:
-        self._on_training_idle(tuple(e.gpu_ids), e.idle_until_s)
+        self._on_training_idle(e.time_s, tuple(e.gpu_ids), e.idle_until_s)
 
     def _h_wants(self, e: ev.TrainingWants) -> None:
-        self._on_training_wants(tuple(e.gpu_ids), e.deadline_s)
+        self._on_training_wants(e.time_s, tuple(e.gpu_ids), e.deadline_s)
 
     def _h_trained(self, e: ev.TrainingStepFinished) -> None:
         if e.version <= self.latest_version:
@@ -218,7 +223,7 @@ class Controller(ToggleMixin):
         self._on_weights_synced(e.worker_id, e.version)
 
     def _h_traj_ready(self, e: ev.TrajectoryReady) -> None:
-        if not self.book.mark_ready(e.traj_id):
+        if not self.book.mark_ready(e.traj_id, e.time_s):
             self._ignore(f"trajectory {e.traj_id} ready in a state that cannot be")
 
     def _h_turn(self, e: ev.TurnFinished) -> None:
@@ -230,7 +235,7 @@ class Controller(ToggleMixin):
             self._ignore(f"interrupt of {e.traj_id} on {e.worker_id}: already handled")
 
     def _h_done(self, e: ev.TrajectoryDone) -> None:
-        if not self.book.mark_done(e.traj_id):
+        if not self.book.mark_done(e.traj_id, e.time_s):
             self._ignore(f"trajectory {e.traj_id} done in a state that cannot be")
 
     def _h_step(self, e: ev.RolloutStepFinished) -> None:

@@ -21,18 +21,23 @@ from pearl.control.state import Gpu, Status, Zone
 
 
 class RebuilderMixin(SchedulerCore):
-    def _on_offer(self, gpus: tuple[Gpu, ...], window_s: float | None) -> None:
+    def _on_offer(self, time_s: float, gpus: tuple[Gpu, ...], window_s: float | None) -> None:
         if not self.policy.use_preemptible:
             self._ignore(f"offer of {len(gpus)} GPU(s): policy {self.policy.name} is not elastic")
             return
         new = [
-            g for g in gpus if not self._state.has_gpu(g.gpu_id) and g.gpu_id not in self.offered
+            g
+            for g in gpus
+            if not self._state.has_gpu(g.gpu_id)
+            and g.gpu_id not in self.offered
+            and not self._stale(self.lost_at, g.gpu_id, time_s, strict=False)
         ]
         if not new:
-            self._ignore("offer of GPUs already held or offered")
+            self._ignore("offer of GPUs already held, offered, or taken back since")
             return
         for g in new:
             self.offered[g.gpu_id] = g
+            self.offered_at[g.gpu_id] = time_s
         self.offer_window_s = window_s
         self._maybe_expand()
 
@@ -97,9 +102,18 @@ class RebuilderMixin(SchedulerCore):
         self._state = self._state.without_gpus(gpu_ids)
         self._replan("shrink", urgent=False)  # the urgent part is done; survivors drain
 
-    def _on_reclaim(self, gpu_ids: tuple[str, ...], deadline_s: float) -> None:
-        for g in gpu_ids:
+    def _current_lease(self, time_s: float, gpu_ids: tuple[str, ...]) -> tuple[str, ...]:
+        """The GPUs an event at `time_s` can be about: not offered again since."""
+        fresh = tuple(
+            g for g in gpu_ids if not self._stale(self.offered_at, g, time_s, strict=True)
+        )
+        for g in fresh:
             self.offered.pop(g, None)
+            self.lost_at[g] = max(time_s, self.lost_at.get(g, float("-inf")))
+        return fresh
+
+    def _on_reclaim(self, time_s: float, gpu_ids: tuple[str, ...], deadline_s: float) -> None:
+        gpu_ids = self._current_lease(time_s, gpu_ids)
         held = [g for g in gpu_ids if self._provider_gpu(g)]
         if not held:
             self._ignore(f"reclaim of GPUs not held: {list(gpu_ids)}")
@@ -108,9 +122,8 @@ class RebuilderMixin(SchedulerCore):
         self._lose_gpus(held, interrupt=True, to="provider")
         self._maybe_expand()
 
-    def _on_gone(self, gpu_ids: tuple[str, ...]) -> None:
-        for g in gpu_ids:
-            self.offered.pop(g, None)
+    def _on_gone(self, time_s: float, gpu_ids: tuple[str, ...]) -> None:
+        gpu_ids = self._current_lease(time_s, gpu_ids)
         held = [g for g in gpu_ids if self._provider_gpu(g)]
         if not held:
             self._ignore(f"GPUs gone that were not held: {list(gpu_ids)}")

@@ -70,6 +70,10 @@ class SchedulerCore:
     offered: dict[str, Gpu]
     offer_window_s: float | None
     idle_until: dict[str, float]
+    # Latest event time per GPU, to tell a late duplicate from news (see `_stale`).
+    offered_at: dict[str, float]
+    lost_at: dict[str, float]
+    wanted_at: dict[str, float]
     training_gpus: dict[str, Gpu]
     ignored: list[str]
     decisions: list[str]
@@ -89,6 +93,12 @@ class SchedulerCore:
     def _decide(self, what: str) -> None:
         self.decisions.append(f"t={self.now_s:.3f}: {what}")
         log.info("decision: %s", what)
+
+    @staticmethod
+    def _stale(seen: dict[str, float], gpu_id: str, time_s: float, *, strict: bool) -> bool:
+        """Is an event at `time_s` about `gpu_id` older than the last opposite event?"""
+        last = seen.get(gpu_id, float("-inf"))
+        return time_s < last if strict else time_s <= last
 
     def group_of(self, worker_id: str) -> Group | None:
         for g in self.groups.values():

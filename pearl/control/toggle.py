@@ -41,12 +41,17 @@ class ToggleMixin(RebuilderMixin):
         ov = set(self.borrowed_gpus())
         return [w for w in self._state.workers if ov.intersection(w.gpu_ids)]
 
-    def _on_training_idle(self, gpu_ids: tuple[str, ...], idle_until_s: float) -> None:
+    def _on_training_idle(
+        self, time_s: float, gpu_ids: tuple[str, ...], idle_until_s: float
+    ) -> None:
         if self.policy.borrow == "never":
             self._ignore(f"training idle: policy {self.policy.name} does not borrow")
             return
+        stale = [g for g in gpu_ids if self._stale(self.wanted_at, g, time_s, strict=False)]
+        if stale:
+            self._ignore(f"training idle of {stale} is older than training wanting them")
         for g in gpu_ids:
-            if not self._state.has_gpu(g):
+            if not self._state.has_gpu(g) and g not in stale:
                 self.idle_until[g] = idle_until_s
         self._maybe_borrow()
 
@@ -88,9 +93,12 @@ class ToggleMixin(RebuilderMixin):
         self.returned_early_s = None
         self.borrow_turns_left = self.borrow_budget_turns
 
-    def _on_training_wants(self, gpu_ids: tuple[str, ...], deadline_s: float) -> None:
+    def _on_training_wants(
+        self, time_s: float, gpu_ids: tuple[str, ...], deadline_s: float
+    ) -> None:
         for g in gpu_ids:
             self.idle_until.pop(g, None)
+            self.wanted_at[g] = max(time_s, self.wanted_at.get(g, float("-inf")))
         held = [g for g in gpu_ids if self._state.has_gpu(g)]
         held = [g for g in held if self._state.gpu(g).zone == Zone.OVERLAP]
         if not held:
