@@ -193,3 +193,26 @@ def test_nonsense_events_are_logged_and_ignored():
     assert len(ctl.ignored) == len(nonsense) - 1
     assert ctl.handle(type("Odd", (), {"time_s": 3.0})()) == []
     assert "unknown event type" in ctl.ignored[-1]
+
+
+def test_late_duplicates_are_told_from_news_by_time():
+    """A replayed old offer, training-idle or trajectory-ready changes nothing: the GPU was
+    taken back, training wants its GPUs, the trajectory is in its environment again."""
+    ctl = booted("pearl-ungated", 1, training_gpus=(Gpu("t0", Zone.OVERLAP, "tn"),))
+    old_offer = E.GpusOffered(2.0, (Gpu("p0", Zone.PREEMPTIBLE),), None)
+    bring_up(ctl, ctl.handle(old_offer), 3.0)
+    ctl.handle(E.ReclaimNotice(4.0, ("p0",), 30.0))
+    assert ctl.handle(old_offer) == [] and not ctl.state.has_gpu("p0")
+    fresh = E.GpusOffered(5.0, (Gpu("p0", Zone.PREEMPTIBLE),), None)
+    assert of(ctl.handle(fresh), C.InitWorker)
+    assert not of(ctl.handle(E.ReclaimNotice(4.0, ("p0",), 30.0)), C.ReleaseGpus)
+
+    old_idle = E.TrainingIdle(6.0, ("t0",), 500.0)
+    ctl.handle(E.TrainingWants(7.0, ("t0",), 9.0))
+    assert ctl.handle(old_idle) == [] and "t0" not in ctl.idle_until
+
+    tid = ctl.book.step_trajs(0)[0].traj_id
+    ready = E.TrajectoryReady(10.0, tid)
+    (r,) = of(ctl.handle(ready), C.Route)
+    ctl.handle(E.TurnFinished(11.0, tid, r.decode_worker_id or r.prefill_worker_id))
+    assert ctl.handle(ready) == [] and ctl.book.get(tid).state.value == "env"
