@@ -321,13 +321,16 @@ class InferenceWorker:
         return freed
 
     def _try_admit(self, seq: Seq) -> bool:
+        """Admit `seq` if its prompt (+1 token of growth and the watermark) fits once idle
+        prefixes are evicted; its own cached prefix becomes part of its KV. Evicts nothing
+        when it does not fit (FIFO head-of-line blocking)."""
         prompt = seq.prompt
-        own = self.cache.take(seq.req.traj_id)
         need = prompt + 1 + self._watermark
-        if not self._make_room(need, preempt=False):
-            if own:
-                self.cache.put(seq.req.traj_id, own)
+        # cache.tokens includes this trajectory's own prefix, which is reused, not evicted
+        if self._free_tokens() + self.cache.tokens < need:
             return False
+        own = self.cache.take(seq.req.traj_id)
+        self._make_room(need, preempt=False)
         cached = 0
         if not seq.prefilled:
             if not seq.req.full_prefill:
