@@ -5,7 +5,9 @@ A batch of B trajectories; each runs turns of (prefill, decode, environment). Fr
 `K`; `T` turns per trajectory; share `f` of a trajectory's life spent waiting on its
 environment; and the *tail trajectory*, the one that finished last: `T_tail` turns and its
 totals of new prefill tokens, decode tokens `D_tail` and environment seconds `E_tail`) and
-the fitted per-worker costs (`PerfParams`):
+the fitted per-worker costs (`PerfParams`). The tail was observed in batches of the
+profile's size B_obs; for a batch of B its excess over the mean trajectory is scaled by
+`sqrt(ln B / ln B_obs)` (the longest of B draws grows like `sqrt(2 ln B)`).
 
 * prefill of a turn `t_pf = a + (b_p + c_attn*K) * (n_p + n_c*(1-h))`, where `n_c` tokens
   per turn came from the prefix cache in the telemetry and `h = min(1, W*H_max / (B*K_seq))`
@@ -48,6 +50,7 @@ The core works on numpy arrays so the decision engine can score thousands of spl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,16 +122,26 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
     perf = profile.perf.scaled(num_gpus_per_worker)
     ctx = profile.context_tokens_mean
     n_d = profile.decode_tokens_per_turn
-    tail_turns = max(profile.tail_turns, 1.0)
+    turns = profile.turns_per_traj_mean
+    # The tail was observed in batches of `profile.batch_size`; the longest of `batch` draws
+    # sits further out for larger batches (the max of B draws grows like sqrt(2 ln B)).
+    k = _max_scale(batch) / _max_scale(profile.batch_size)
+
+    def tail(observed: float, mean: float) -> float:
+        return observed if observed < mean else mean + (observed - mean) * k
+
+    tail_turns = max(tail(profile.tail_turns, turns), 1.0)
     return _Workload(
         batch=float(batch),
-        turns=profile.turns_per_traj_mean,
+        turns=turns,
         tail_turns=tail_turns,
-        tail_new_tokens=profile.tail_new_prefill_tokens,
+        tail_new_tokens=tail(
+            profile.tail_new_prefill_tokens, turns * profile.new_prefill_tokens_per_turn
+        ),
         tail_cached_tokens=tail_turns * profile.cached_prefix_tokens_per_turn,
-        tail_decode_tokens=profile.tail_decode_tokens,
-        tail_env_s=profile.tail_env_s,
-        live=min(1.0, max(0.05, profile.turns_per_traj_mean / tail_turns)),
+        tail_decode_tokens=tail(profile.tail_decode_tokens, turns * n_d),
+        tail_env_s=tail(profile.tail_env_s, turns * profile.env_s_per_turn_mean),
+        live=min(1.0, max(0.05, turns / tail_turns)),
         n_new=profile.new_prefill_tokens_per_turn,
         n_cached=profile.cached_prefix_tokens_per_turn,
         ctx=ctx,
@@ -150,6 +163,10 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         prefill_b=perf.prefill_s_per_token,
         prefill_c=perf.prefill_s_per_token_ctx,
     )
+
+
+def _max_scale(batch: float) -> float:
+    return math.sqrt(2.0 * math.log(max(batch, 2.0)))
 
 
 def _interrupted_path(
@@ -200,6 +217,7 @@ def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
         "decode_s": decode,
         "interference_s": crit - own_prefill - own_decode - env,
         "env_s": np.full_like(n, env),
+        "tail_turns": np.full_like(n, w.tail_turns),
         "prefix_hit_share": hit,
         "decode_batch": b,
         "decode_step_s": t_step,
@@ -230,6 +248,7 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
         "kv_transfer_s": np.full_like(p, kv),
         "queueing_s": crit - own_prefill - kv - own_decode - env,
         "env_s": np.full_like(p, env),
+        "tail_turns": np.full_like(p, w.tail_turns),
         "prefix_hit_share": hit,
         "decode_batch": b,
         "decode_step_s": t_step,

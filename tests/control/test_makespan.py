@@ -137,6 +137,15 @@ def test_tail_trajectory_sets_the_critical_path():
     assert two["critical_path_s"] == pytest.approx(one["critical_path_s"] + 1000 * step, rel=1e-3)
 
 
+def test_tail_grows_with_the_batch():
+    """Observed in batches of 8 (tail 20 turns, mean 10), predicted for 64: the excess of 10
+    turns scales by sqrt(ln 64 / ln 8) = sqrt(2)."""
+    p = simple_profile(tail_turns=20)
+    assert predict(PDConfig.colocated(2), p, 8).breakdown["tail_turns"] == pytest.approx(20.0)
+    got = predict(PDConfig.colocated(2), p, 64).breakdown["tail_turns"]
+    assert got == pytest.approx(10 + 10 * math.sqrt(2))
+
+
 def test_kv_link_can_bound_the_prefill_path():
     """A slow KV link makes the prefill path link-bound: 8*10 turns * 0.5 s on one link."""
     perf = PerfParams(0.01, 1e-4, 0.0, 0.0, 0.0, kv_latency_s=0.5, kv_s_per_byte=0.0)
