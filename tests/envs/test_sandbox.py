@@ -25,15 +25,8 @@ from pearl.envs.code_repair import (
     SandboxPathError,
     resolve_in_sandbox,
 )
-from pearl.envs.code_repair.sandbox import (
-    _UID_BASE,
-    Isolation,
-    isolation,
-    new_root,
-    prepare_root,
-    probe_level,
-    run_in_sandbox,
-)
+from pearl.envs.code_repair.isolation import UID_BASE, Isolation, isolation, probe_level
+from pearl.envs.code_repair.sandbox import new_root, prepare_root, run_in_sandbox
 
 FAST = Limits(wall_timeout_s=3, cpu_time_s=2, max_output_bytes=2048, kill_output_bytes=200_000)
 
@@ -75,7 +68,7 @@ def _sandbox_uid_processes() -> list[int]:
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid >= _UID_BASE:
+                if entry.stat().st_uid >= UID_BASE:
                     pids.append(int(entry.name))
             except OSError:
                 pass

@@ -1,18 +1,21 @@
 """Sandboxed code-repair environment (SWE-bench style): see env.py and sandbox.py."""
 
 from pearl.envs.code_repair.env import CodeRepairEnv
+from pearl.envs.code_repair.isolation import Isolation, isolation, probe_level
 from pearl.envs.code_repair.paths import SandboxPathError, resolve_in_sandbox
 from pearl.envs.code_repair.projects import PROJECTS, Project
-from pearl.envs.code_repair.sandbox import Limits, RunResult, isolation, run_in_sandbox
+from pearl.envs.code_repair.sandbox import Limits, RunResult, run_in_sandbox
 
 __all__ = [
     "PROJECTS",
     "CodeRepairEnv",
+    "Isolation",
     "Limits",
     "Project",
     "RunResult",
     "SandboxPathError",
     "isolation",
+    "probe_level",
     "resolve_in_sandbox",
     "run_in_sandbox",
 ]

@@ -16,7 +16,7 @@ Layers, strongest first (each one works without the others):
 5. **Parent watchdog**: a wall-clock timeout and an output cap; either kills the whole
    process group (and, through the PID namespace, every descendant).
 
-`isolation()` probes once per process which OS layers work here (root: namespaces + uid;
+`isolation()` (isolation.py) probes once per process which OS layers work here (root: namespaces + uid;
 an unprivileged user: a user namespace; otherwise rlimits only) and says so; the
 environment variable ``PEARL_SANDBOX_ISOLATION`` (``full``, ``userns``, ``none``) caps
 the level, which tests use to exercise the fall-backs.
@@ -24,25 +24,27 @@ the level, which tests use to exercise the fall-backs.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pearl.envs.code_repair.isolation import (
+    Isolation,
+    chown_tree,
+    isolation,
+    next_uid,
+    nproc_limit,
+    wait_gone,
+)
+
 _RUNNER_SOURCE = (Path(__file__).with_name("runner.py")).read_text()
-_UID_BASE = 200_000
-_UID_SPAN = 100_000
-_uid_lock = threading.Lock()
-_uid_counter = [0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,19 +66,6 @@ class Limits:
             raise ValueError("limits must be positive")
         if self.kill_output_bytes < self.max_output_bytes:
             raise ValueError("kill_output_bytes must be >= max_output_bytes")
-
-
-@dataclass(frozen=True, slots=True)
-class Isolation:
-    """Which OS layers this machine gives the sandbox (probed once per process)."""
-
-    level: str  # "full" (netns+pidns+uid), "userns" (user+net+pid namespaces), "none"
-    python: str  # interpreter run inside the sandbox
-    prefix: tuple[str, ...]  # argv prefix that enters the namespaces
-
-    @property
-    def drops_uid(self) -> bool:
-        return self.level == "full"
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,10 +135,10 @@ def _check_searchable(root: Path) -> None:
 
 
 def _run(root: Path, limits: Limits, iso: Isolation, *, mode: str, script: str | None) -> RunResult:
-    uid = _next_uid() if iso.drops_uid else None
+    uid = next_uid() if iso.drops_uid else None
     if uid is not None:
         _check_searchable(root)
-        _chown_tree(root, uid)
+        chown_tree(root, uid)
     cfg = {
         "root": str(root),
         "uid": uid,
@@ -161,7 +150,7 @@ def _run(root: Path, limits: Limits, iso: Isolation, *, mode: str, script: str |
             "cpu_time_s": limits.cpu_time_s,
             "memory_bytes": limits.memory_bytes,
             "max_file_bytes": limits.max_file_bytes,
-            "nproc": _nproc_limit(limits, iso),
+            "nproc": nproc_limit(limits.max_processes, iso),
             "nice": limits.nice,
         },
     }
@@ -197,8 +186,8 @@ def _run(root: Path, limits: Limits, iso: Isolation, *, mode: str, script: str |
     proc.wait()
     reader.join()
     if uid is not None:
-        _wait_gone(uid, timeout_s=2.0)  # the PID namespace is torn down asynchronously
-        _chown_tree(root, os.getuid())
+        wait_gone(uid, timeout_s=2.0)  # the PID namespace is torn down asynchronously
+        chown_tree(root, os.getuid())
     wall_s = time.monotonic() - start
     reason = reason or _signal_reason(proc.returncode, limits)
     return _result(proc.returncode, reader, nonce, reason, wall_s, iso)
@@ -293,101 +282,3 @@ def _signal_reason(code: int | None, limits: Limits) -> str | None:
     if -code == signal.SIGXFSZ:
         return "file size limit"
     return f"signal {-code}"
-
-
-def _next_uid() -> int:
-    with _uid_lock:
-        _uid_counter[0] += 1
-        return _UID_BASE + (os.getpid() * 7919 + _uid_counter[0]) % _UID_SPAN
-
-
-def _chown_tree(root: Path, uid: int) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*dirnames, *filenames]:
-            os.lchown(os.path.join(dirpath, name), uid, uid)
-    os.lchown(root, uid, uid)
-
-
-def _wait_gone(uid: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _count_tasks_of(uid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def _nproc_limit(limits: Limits, iso: Isolation) -> int:
-    """RLIMIT_NPROC counts every task of the real uid: a fresh uid starts at zero."""
-    if iso.drops_uid:
-        return limits.max_processes
-    return _count_tasks_of(os.getuid()) + limits.max_processes
-
-
-def _count_tasks_of(uid: int) -> int:
-    count = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid == uid:
-                count += len(os.listdir(f"/proc/{entry.name}/task"))
-        except OSError:
-            continue
-    return count
-
-
-LEVELS = ("full", "userns", "none")
-
-
-@functools.cache
-def isolation() -> Isolation:
-    """Probe (once per process) the strongest isolation this machine supports."""
-    cap = os.environ.get("PEARL_SANDBOX_ISOLATION", "full")
-    allowed = LEVELS[LEVELS.index(cap) :] if cap in LEVELS else LEVELS
-    for level in allowed:
-        iso = probe_level(level)
-        if iso is not None:
-            return iso
-    return Isolation(level="none", python=sys.executable, prefix=())
-
-
-def probe_level(level: str) -> Isolation | None:
-    """The isolation of `level` with the first interpreter that works there, or None."""
-    unshare = shutil.which("unshare")
-    ns_flags = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
-    if level == "full":
-        if not unshare or os.geteuid() != 0:
-            return None
-        prefix: tuple[str, ...] = (unshare, *ns_flags, "--")
-    elif level == "userns":
-        if not unshare:
-            return None
-        prefix = (unshare, "--user", "--map-root-user", *ns_flags, "--")
-    elif level == "none":
-        prefix = ()
-    else:
-        raise ValueError(f"unknown isolation level '{level}' (use {', '.join(LEVELS)})")
-    for python in _interpreters():
-        iso = Isolation(level=level, python=python, prefix=prefix)
-        if _probe(iso):
-            return iso
-    return None
-
-
-def _interpreters() -> list[str]:
-    found: list[str] = []
-    for cand in (getattr(sys, "_base_executable", None), sys.executable, "/usr/bin/python3"):
-        if cand and os.path.exists(cand):
-            real = os.path.realpath(cand)
-            if real not in found:
-                found.append(real)
-    return found
-
-
-def _probe(iso: Isolation) -> bool:
-    with tempfile.TemporaryDirectory(prefix="pearl-probe-") as tmp:
-        root = Path(tmp)
-        prepare_root(root)
-        try:
-            res = _run(root.resolve(), Limits(wall_timeout_s=10), iso, mode="probe", script=None)
-        except OSError:
-            return False
-        return res.all_passed
