@@ -53,6 +53,7 @@ def _ready(world: World, tr: TrajRun):
 def _bounce(world: World, tr: TrajRun, worker_id: str) -> None:
     """The route cannot run (worker gone or not serving): hand the trajectory back."""
     tr.resumed = True
+    world.stats.bounced_routes += 1
     world.emit(E.RequestInterrupted(world.core.now_s, tr.traj_id, worker_id, tr.generated_tokens))
 
 

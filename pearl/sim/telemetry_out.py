@@ -174,6 +174,7 @@ def summarise(world: Any, log: Any, duration_s: float) -> dict[str, Any]:
         "fraction_of_bound": None,
         "reconfigurations": dict(reconf),
         "interrupted_requests": st.interrupted_requests,
+        "bounced_routes": st.bounced_routes,
         "prefix_cache_hit_rate": st.cached_prefix_tokens / prefill_total if prefill_total else 0.0,
         "prefill_token_share": (
             st.prefill_tokens / (st.prefill_tokens + st.decode_tokens)

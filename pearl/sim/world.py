@@ -106,6 +106,7 @@ class WorldStats:
     prefill_tokens: int = 0
     cached_prefix_tokens: int = 0
     interrupted_requests: int = 0
+    bounced_routes: int = 0  # routes to a worker that was gone or not ready: handed back
     init_failures: int = 0
     makespans_s: list[float] = field(default_factory=list)
     gpu_s_by_zone: dict[str, float] = field(default_factory=dict)
@@ -194,8 +195,9 @@ class World:
                 assert a.deadline_s is not None
                 self.emit(E.ReclaimNotice(now, a.gpu_ids, a.deadline_s))
             else:
-                self._gpus_gone(a.gpu_ids)
+                # The controller hears of the loss first, then of each request it cut short.
                 self.emit(E.GpusGone(now, a.gpu_ids))
+                self._gpus_gone(a.gpu_ids)
 
         return run
 

@@ -134,5 +134,8 @@ def test_interrupt_event_counts_match_world() -> None:
     offer = TraceAction(0.0, "offer", ("pre0",))
     gone = TraceAction(150.0, "gone", ("pre0",))
     run = run_policy(small(), "rlboost+", actions=[offer, gone])
-    assert run.log.events_by_kind["RequestInterrupted"] == run.world.stats.interrupted_requests
+    st = run.world.stats
+    assert run.log.events_by_kind["RequestInterrupted"] == (
+        st.interrupted_requests + st.bounced_routes
+    )
     assert run.log.events_by_kind[E.GpusGone.__name__] == 1
