@@ -46,6 +46,7 @@ class ControllerMachine(RuleBasedStateMachine):
     def send(self, event: object) -> list[C.Command]:
         ctl = self.ctl
         before = {t.traj_id: (t.state, t.num_interrupts) for t in ctl.book}
+        held_before = set(ctl.state.gpus_in(Zone.OVERLAP))
         if isinstance(event, E.RolloutStepFinished) and ctl.book.step_done(event.step):
             self.retired |= {t.traj_id for t in ctl.book.step_trajs(event.step)}
         out = ctl.handle(event)
@@ -88,8 +89,16 @@ class ControllerMachine(RuleBasedStateMachine):
                 for g in c.gpu_ids:
                     assert g not in self.wanted, f"borrowed {g} that training wants"
         if isinstance(event, E.TrainingWants):
+            released = {
+                g
+                for c in out
+                if isinstance(c, C.ReleaseGpus) and c.to == "training"
+                for g in c.gpu_ids
+            }
             for g in event.gpu_ids:
                 assert not s.has_gpu(g), f"{g} still held after TrainingWants"
+                assert g in released or g not in held_before, f"{g} not released to training"
+                assert event.time_s <= event.deadline_s  # released now, so before the deadline
                 self.wanted[g] = event.deadline_s
         return out
 
