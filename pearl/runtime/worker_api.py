@@ -197,11 +197,14 @@ async def collect_turn(
     request: TurnRequest,
     worker_id: str,
     on_chunk: Callable[[TokenChunk], None] | None = None,
+    prefill: PrefillResult | None = None,
 ) -> TurnResult:
     """Consume a worker's `serve` stream to the end (`on_chunk` sees each chunk).
 
     If the worker dies mid-turn (node preempted, process killed), returns a `worker_lost`
-    result holding every token streamed before the death.
+    result holding every token streamed before the death. A decode worker's first chunk
+    repeats the tokens that came with the KV; pass the turn's `prefill` result so that a
+    decode worker dying before its first chunk still returns those tokens.
     """
     import ray
 
@@ -218,6 +221,8 @@ async def collect_turn(
                 return chunk.result
         raise RuntimeError("stream ended without a result")
     except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError) as err:
+        if prefill is not None and not tokens:
+            tokens, logprobs = list(prefill.token_ids), list(prefill.logprobs)
         return TurnResult(
             request.traj_id,
             request.turn,

@@ -370,3 +370,36 @@ def test_ray_node_removed_mid_decode_keeps_every_prefix(cluster, actors) -> None
         events = watcher.poll(2.0)
         time.sleep(0.1)
     assert events == [GpusGone(2.0, ("p0", "p1"))]
+
+
+def test_collect_turn_keeps_streamed_tokens_when_the_worker_dies() -> None:
+    """A stream cut by a dead actor gives `worker_lost` with the tokens seen so far (or the
+    prefill's tokens when a decode worker died before its first chunk)."""
+    ray = pytest.importorskip("ray")
+    from pearl.runtime.worker_api import PrefillResult, TokenChunk
+
+    req = TurnRequest("t", 1, (1, 2, 3), GREEDY)
+    pre = PrefillResult("t", 1, None, (9,), (-0.1,), "prefill", "p", 0)
+
+    def stream(chunks):
+        async def gen():
+            for c in chunks:
+                fut = asyncio.get_running_loop().create_future()
+                fut.set_result(c)
+                yield fut
+            raise ray.exceptions.ActorDiedError()
+
+        return gen()
+
+    chunks = [TokenChunk("t", 1, (9, 4), (-0.1, -0.2)), TokenChunk("t", 1, (5,), (-0.3,))]
+    seen = []
+    lost = asyncio.run(collect_turn(stream(chunks), req, "d", seen.append, prefill=pre))
+    assert (lost.finish_reason, lost.token_ids, lost.logprobs) == (
+        "worker_lost",
+        (9, 4, 5),
+        (-0.1, -0.2, -0.3),
+    )
+    assert seen == chunks and lost.interrupted and lost.worker_id == "d"
+    early = asyncio.run(collect_turn(stream([]), req, "d", prefill=pre))
+    assert (early.token_ids, early.logprobs) == ((9,), (-0.1,))
+    assert asyncio.run(collect_turn(stream([]), req, "d")).token_ids == ()
