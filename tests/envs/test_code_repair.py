@@ -7,7 +7,7 @@ import pytest
 from pearl.envs import EpisodeOver, format_tool_call
 from pearl.envs.code_repair import PROJECTS, CodeRepairEnv, Limits
 
-FAST = Limits(wall_timeout_s=5, cpu_time_s=3)
+FAST = Limits(wall_timeout_s=15, cpu_time_s=5)  # generous: the machine may be loaded
 
 
 def _replace(path: str, old: str, new: str) -> str:
