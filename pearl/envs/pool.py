@@ -189,7 +189,9 @@ class EnvPool:
     ) -> None:
         if num_hosts < 1 or threads_per_host < 1:
             raise ValueError("num_hosts and threads_per_host must be >= 1")
-        make_env(env_name, **(env_kwargs or {})).close()  # fail fast on a bad name or kwargs
+        probe = make_env(env_name, **(env_kwargs or {}))  # fail fast on a bad name or kwargs
+        self.num_tasks, self.max_turns = probe.num_tasks, probe.max_turns
+        probe.close()
         self.env_name, self.backend = env_name, backend
         self.num_hosts = num_hosts
         self._placement: dict[str, int] = {}

@@ -98,6 +98,14 @@ def test_code_repair_sessions_clean_up():
         assert not root.exists()
 
 
+def test_pool_reports_env_shape():
+    """The pool exposes its environment's task count and turn limit (for task sampling)."""
+    with EnvPool("guess", num_hosts=1, env_kwargs={"max_turns": 3}) as pool:
+        assert (pool.num_tasks, pool.max_turns) == (1000, 3)
+    with pytest.raises(KeyError, match="unknown environment"):
+        EnvPool("nope")
+
+
 def test_placement_balances_sessions():
     """New trajectories go to the host with the fewest sessions (ties: lowest index)."""
     with EnvPool("guess", num_hosts=3) as pool:
