@@ -13,6 +13,7 @@ from typing import Any
 
 from pearl.report.run_data import (
     COUNTED_ONLY,
+    RECONFIG_KINDS,
     RunData,
     load_run,
     num,
@@ -213,8 +214,11 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
             f"- PD reconfigurations: {counts['pd_reconfig']}",
             f"- worker failures: {counts['worker_failed']}",
             f"- interrupted / resumed requests: {counts['interrupt']} / {counts['resume']}",
-            "",
         ]
+        other = {k: n for k, n in counts.items() if k not in (*RECONFIG_KINDS, *COUNTED_ONLY)}
+        if other:
+            lines.append("- other: " + ", ".join(f"{k}={n}" for k, n in sorted(other.items())))
+        lines.append("")
     reconfig = [e for e in run.events if e["kind"] not in COUNTED_ONLY]
     if reconfig:
         lines += ["### Events", ""]

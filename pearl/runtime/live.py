@@ -116,7 +116,7 @@ class LiveView:
             f"{zone}[{','.join(f'{r}={n}' for r, n in roles.items() if n)}]"
             for zone, roles in _zones(f["gpus"])
         )
-        last_event = f" | {f['events'][-1]}" if f["events"] else ""
+        last_event = f" | {f['events'][-1].strip()}" if f["events"] else ""
         return (
             f"step {f['step']}/{f['num_steps']} reward {_reward(f['reward'])} "
             f"traj {f['trajectories_done']}/{f['batch_size']} | {gpus} | "

@@ -25,6 +25,7 @@ EVENTS = [
     (6.5, "preemption", "reclaim notice, deadline 8.0 s", {"gpu_ids": ["p0"]}),
     (7.0, "resume", "full prefill elsewhere", {"traj_id": "t3"}),
     (9.0, "return", "training wants its GPUs", {"gpu_ids": ["o0"]}),
+    (9.5, "offer", "trace: preemptible p1 joined", {}),
     (
         11.0,
         "pd_reconfig",
@@ -80,7 +81,7 @@ def test_report_has_config_steps_counts_reasons_error_and_plots(tmp_path):
         assert f"{n / meas:.2f}" in row
     assert "- preemptions: 1" in text and "- expansions: 1" in text
     assert "- borrows / returns: 1 / 1" in text and "- PD reconfigurations: 1" in text
-    assert "- interrupted / resumed requests: 1 / 1" in text
+    assert "- interrupted / resumed requests: 1 / 1" in text and "- other: offer=1" in text
     for _, kind, reason, _ in EVENTS:
         if kind in ("interrupt", "resume"):
             assert reason not in text  # per-request events are counted, not listed
@@ -101,7 +102,7 @@ def test_reconfiguration_events_are_listed_in_time_order(tmp_path):
     text = render_markdown(load_run(out), {})
     listed = [ln for ln in text.splitlines() if ln.startswith("- t=") and "**" in ln]
     times = [float(ln.split("=")[1].split(" ")[0]) for ln in listed]
-    assert len(listed) == 5 and times == sorted(times)
+    assert len(listed) == 6 and times == sorted(times)
 
 
 def test_a_step_redone_after_resume_counts_once(tmp_path):

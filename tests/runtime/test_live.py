@@ -53,12 +53,12 @@ def test_plain_lines_are_rate_limited_and_the_last_one_is_not_lost():
 def test_plain_line_carries_every_field():
     buf = io.StringIO()
     with LiveView(enabled=False, console=Console(file=buf, width=300)) as view:
-        _update(view, 4, events=["old event", "preemption: p0 reclaimed"])
+        _update(view, 4, events=["old event", "  12.0s preemption: p0 reclaimed"])
     (line,) = buf.getvalue().splitlines()
     assert line.startswith("step 4/10 reward 0.500 traj 12/16")
     zones = ["dedicated[colocated=2]", "preemptible[prefill=1,decode=1]", "overlap[idle=2]"]
     assert [line.index(z) for z in zones] == sorted(line.index(z) for z in zones)
-    assert "keep colocated:2 (step 4)" in line and line.endswith("preemption: p0 reclaimed")
+    assert "keep colocated:2 (step 4)" in line and line.endswith("| 12.0s preemption: p0 reclaimed")
 
 
 def test_disabled_view_never_draws_the_panel_even_on_a_terminal():
