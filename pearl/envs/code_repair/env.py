@@ -44,6 +44,7 @@ TOOLS_HELP = (
 _REPLACE_RE = re.compile(r"<old>(.*?)</old>\s*<new>(.*?)</new>", re.DOTALL)
 _MAX_VIEW_BYTES = 16_384
 _MAX_SOURCE_BYTES = 65_536
+_MAX_LIST = 200
 
 
 class CodeRepairEnv:
@@ -147,9 +148,10 @@ class CodeRepairEnv:
         files = sorted(
             relative_to_root(self._root, p)
             for p in self._root.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts
+            if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
         )
-        return "\n".join(files) or "(empty)"
+        more = f"\n[... {len(files) - _MAX_LIST} more files]" if len(files) > _MAX_LIST else ""
+        return "\n".join(files[:_MAX_LIST]) + more if files else "(empty)"
 
     def _view(self, user_path: str) -> str:
         assert self._root is not None
@@ -159,7 +161,8 @@ class CodeRepairEnv:
             return "\n".join(names) or "(empty directory)"
         if not path.is_file():
             return f"no such file: {user_path}"
-        data = path.read_bytes()[: _MAX_VIEW_BYTES + 1]
+        with path.open("rb") as f:
+            data = f.read(_MAX_VIEW_BYTES + 1)
         text = data[:_MAX_VIEW_BYTES].decode("utf-8", "replace")
         lines = [f"{i:4d}| {line}" for i, line in enumerate(text.splitlines(), 1)]
         more = "\n[... file truncated ...]" if len(data) > _MAX_VIEW_BYTES else ""
