@@ -122,3 +122,14 @@ def test_close_removes_sandbox_and_reset_starts_fresh(env):
     root = env.root
     env.close()
     assert root is not None and not root.exists() and env.root is None
+
+
+def test_ls_is_bounded_and_skips_symlinks(env):
+    """Many files are summarised past 200 entries; symlinks are not listed."""
+    env.reset(0)
+    assert env.root is not None
+    for i in range(250):
+        (env.root / f"f{i:03d}.txt").write_text("")
+    (env.root / "link").symlink_to("/etc/passwd")
+    text = env.step("<tool>ls</tool>").observation.text
+    assert text.endswith("[... 52 more files]\n") and "link" not in text.split()
