@@ -95,3 +95,37 @@ def test_validate_json_reports_errors_and_choices() -> None:
     assert doc["num_points"] == 2  # colocated:2 and disaggregated:1:1
     assert 0.0 <= doc["median_rel_error"] <= doc["p90_rel_error"]
     assert doc["choice_within_1pct"] in (0.0, 1.0)
+
+
+def test_simulate_on_a_trace_file(tmp_path: Path) -> None:
+    """--trace accepts a trace file; its preemptible GPUs are counted as available."""
+    from pearl.traces import periodic, save_json_trace
+
+    path = tmp_path / "t.json"
+    save_json_trace(periodic([2, 0], period_s=200.0, duration_s=400.0, reclaim_notice_s=20.0), path)
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(path),
+            "--batch",
+            "8",
+            "--policies",
+            "rlboost+",
+            "--no-bound",
+            "--jobs",
+            "1",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["duration_s"] == 400.0
+    assert doc["policies"]["rlboost+"]["available_preemptible_gpu_hours"] > 0
+
+
+def test_missing_trace_file_exit_2() -> None:
+    """A trace that is neither bundled nor a file is one line naming it, exit 2."""
+    res = runner.invoke(app, ["simulate", "--trace", "no/such.json", "--json"])
+    assert res.exit_code == 2 and "no/such.json" in res.stderr
