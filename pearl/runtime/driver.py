@@ -24,6 +24,7 @@ from pearl.control import events as ev
 from pearl.control.controller import Controller
 from pearl.control.plan import config_of
 from pearl.control.policies import get_policy
+from pearl.control.profile import HardwarePrior
 from pearl.control.state import ClusterState, Gpu, Status, Zone
 from pearl.runtime.run_config import RunConfig, dump_run_config
 from pearl.runtime.snapshots import REGISTRY_NAME as REGISTRY
@@ -69,6 +70,7 @@ class Driver:
         self.ready_steps: dict[int, tuple[list[RuntimeTrajectory], list[Any]]] = {}
         self.step_started: dict[int, float] = {}
         self.step_makespan: dict[int, float] = {}
+        self.step_predicted: dict[int, float | None] = {}
         self.step_metrics: list[dict[str, Any]] = []
         self.training = False
         self.expected_rollout_s = 30.0
@@ -193,6 +195,7 @@ class Driver:
         )
         self.controller = Controller(
             policy,
+            hardware=self._hardware_prior(model_cfg),
             state=ClusterState(gpus=dedicated),
             batch_size=cfg.rollout.batch_size,
             group_size=cfg.rollout.group_size,
@@ -213,6 +216,35 @@ class Driver:
             finally:
                 pump.cancel()
         return self._finish()
+
+    def _hardware_prior(self, model_cfg: Any) -> HardwarePrior:
+        """The decision engine's prior for one device slot; the tracker refits it from telemetry.
+
+        A CPU slot is one core of float32 maths (about 20 GFLOP/s, 10 GB/s); its memory is the
+        KV pool the engine is configured with. A CUDA slot uses the model's and GPU's specs.
+        """
+        import torch
+
+        from pearl.runtime.engine import ModelConfig, Qwen3ForCausalLM
+
+        cfg = self.cfg
+        mc = model_cfg if model_cfg is not None else ModelConfig.from_json_file(Path(cfg.model.checkpoint_dir) / "config.json")
+        with torch.device("meta"):
+            num_params = sum(p.numel() for p in Qwen3ForCausalLM(mc).parameters())
+        dtype_bytes = 4.0 if not cfg.cluster.use_cuda else 2.0
+        kv_per_token = 2.0 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * dtype_bytes
+        kv_pool = cfg.engine.num_kv_blocks * cfg.engine.block_size * kv_per_token
+        return HardwarePrior(
+            weight_bytes=num_params * dtype_bytes,
+            kv_bytes_per_token=kv_per_token,
+            flops_per_token=2.0 * num_params,
+            attn_flops_per_token_ctx=4.0 * mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim,
+            gpu_flops_per_s=2e10 if not cfg.cluster.use_cuda else 4e14,
+            gpu_hbm_bytes_per_s=1e10 if not cfg.cluster.use_cuda else 2e12,
+            gpu_hbm_bytes=(num_params * dtype_bytes + kv_pool) / 0.9,
+            link_bytes_per_s=1e9,
+            gpus_per_worker=cfg.cluster.gpus_per_worker,
+        )
 
     def _trace_actions(self) -> list[Any]:
         from pearl.runtime.trace_player import schedule
@@ -260,6 +292,7 @@ class Driver:
     def _execute(self, c: Any) -> None:
         if isinstance(c, cmd.StartRolloutBatch):
             self.step_started.setdefault(c.step, self.now())
+            self.step_predicted.setdefault(c.step, self._predict_makespan())
         if isinstance(c, cmd.OffloadTraining):
             self.lent |= set(c.gpu_ids)
             self.trainer.release.remote()
@@ -406,7 +439,7 @@ class Driver:
             "reward_mean": metrics["reward_mean"],
             "trajectories": len(trajs),
             "rollout_makespan_s": self.step_makespan.get(step),
-            "predicted_makespan_s": self._predicted_makespan(),
+            "predicted_makespan_s": self.step_predicted.get(step),
             "train_time_s": self.now() - t0,
             "generated_tokens": sum(sum(t.response_mask) for t in trajs),
             "interrupted_trajectories": sum(1 for t in trajs if t.num_interrupts),
@@ -424,9 +457,16 @@ class Driver:
         self._offer_training_idle()
         self._maybe_train()
 
-    def _predicted_makespan(self) -> float | None:
-        pred = getattr(self.controller.advisor, "last_prediction_s", None)
-        return float(pred) if pred is not None else None
+    def _predict_makespan(self) -> float | None:
+        """The decision engine's makespan for one batch on the current active config."""
+        from pearl.control.makespan import predict
+
+        profile = getattr(self.controller.advisor, "profile", None)
+        config = config_of(self.controller.state, (Status.ACTIVE,))
+        if profile is None or config is None:
+            return None
+        p = predict(config, profile, self.cfg.rollout.batch_size, num_gpus_per_worker=self.cfg.cluster.gpus_per_worker)
+        return p.makespan_s if p.feasible else None
 
     def _offer_training_idle(self) -> None:
         if self.trained_steps >= self.cfg.trainer.num_steps:
