@@ -17,6 +17,7 @@ from pearl.runtime.rundir import RunRecorder
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
+FINISH = {"on": False}
 
 
 @pytest.fixture
@@ -39,6 +40,9 @@ def calls(monkeypatch):
                     trajectories_done=4, batch_size=4, gpus_by_zone_role={}, last_decision="-",
                     events=[],
                 )  # fmt: skip
+        if not FINISH["on"]:  # the report's plots cost seconds: one test draws them
+            rec.close()
+            return {"steps": cfg.trainer.num_steps}
         report = rec.finish({"steps": cfg.trainer.num_steps})
         return {"steps": cfg.trainer.num_steps, "report": str(report)}
 
@@ -89,7 +93,8 @@ def test_bad_arguments_exit_2(tmp_path, calls):
     assert calls == []
 
 
-def test_runs_with_overrides_and_prints_one_json_document(tmp_path, calls):
+def test_runs_with_overrides_and_prints_one_json_document(tmp_path, calls, monkeypatch):
+    monkeypatch.setitem(FINISH, "on", True)
     out = tmp_path / "run"
     args = [str(_config(tmp_path)), "--out", str(out), "--address", "auto", "--steps", "3"]
     res = runner.invoke(app, ["run", *args, "--no-live", "--json"])

@@ -183,7 +183,6 @@ def test_concurrent_writers_never_interleave_lines(tmp_path):
 def test_finish_writes_metrics_and_report(tmp_path):
     out = tmp_path / "run"
     rec = RunRecorder(out, "rollout:\n  batch_size: 8\n")
-    rec.record_state(0.0, _states()[2])
     for i, (meas, pred) in enumerate([(10.0, 12.0), (20.0, 19.0), (8.0, 8.0)]):
         rec.record_step(
             i, {"reward_mean": 0.1 * i, "rollout_makespan_s": meas, "predicted_makespan_s": pred,
