@@ -249,3 +249,10 @@ def build_report(run_dir: Path) -> Path:
     path = Path(run_dir) / "report.md"
     path.write_text(render_markdown(run, plots))
     return path
+
+
+if __name__ == "__main__":  # python -m pearl.report.run_report RUN_DIR: rebuild a report
+    import sys
+
+    for arg in sys.argv[1:] or ["."]:
+        print(build_report(Path(arg)))
