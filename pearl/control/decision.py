@@ -183,10 +183,17 @@ class CandidateTable(Sequence[Candidate]):
             n = len(arrays["makespan_s"])
             if j < n:
                 cols = self._lists.get(b)
-                if cols is None:  # one tolist() per block beats numpy scalar indexing
+                if cols is None and len(self._cache) >= 16:
+                    # Many candidates wanted (e.g. to_json): one tolist() per block beats
+                    # numpy scalar indexing; a few (the decision itself) index directly.
                     cols = self._lists[b] = {k: v.tolist() for k, v in arrays.items()}
-                breakdown = {k: v[j] for k, v in cols.items() if k != "makespan_s"}
-                pred = Prediction(cols["makespan_s"][j], bool(ok[j]), why(j), breakdown)
+                if cols is None:
+                    breakdown = {k: float(v[j]) for k, v in arrays.items() if k != "makespan_s"}
+                    makespan = float(arrays["makespan_s"][j])
+                else:
+                    breakdown = {k: v[j] for k, v in cols.items() if k != "makespan_s"}
+                    makespan = cols["makespan_s"][j]
+                pred = Prediction(makespan, bool(ok[j]), why(j), breakdown)
                 return Candidate(self.config_at(i), pred)
             j -= n
         raise IndexError(i)
