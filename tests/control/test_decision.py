@@ -59,6 +59,22 @@ def test_enumerates_colocation_and_every_split():
     assert d.switch and not d.forced and d.current is None
 
 
+def test_candidates_match_scalar_predictions():
+    """Every lazily built candidate (direct or bulk path) equals a scalar predict()."""
+    prof = swe_profile()
+    d = DecisionEngine().decide(prof, 40, 64)
+    first = d.candidates[7]  # built before the bulk conversion kicks in
+    everything = list(d.candidates)
+    assert everything[7] == first and len(everything) == 40
+    for i in (0, 1, 7, 20, 39):
+        c = everything[i]
+        ref = predict(c.config, prof, 64)
+        assert c.prediction.makespan_s == pytest.approx(ref.makespan_s, rel=1e-12)
+        assert c.prediction.feasible == ref.feasible and c.prediction.reason == ref.reason
+        assert c.prediction.breakdown == pytest.approx(ref.breakdown, rel=1e-12)
+    assert d.candidates[-1].config == PDConfig.disaggregated(39, 1)
+
+
 def test_one_worker_is_colocated_only():
     d = DecisionEngine().decide(swe_profile(), 1, 64)
     assert [str(c.config) for c in d.candidates] == ["colocated:1"]
