@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -69,6 +70,7 @@ def test_bad_batch_option_exit_2() -> None:
     assert res.exit_code == 2 and "rollout.batch_size" in res.stderr
 
 
+@pytest.mark.slow
 def test_experiment_quick_writes_table_and_plots(tmp_path: Path) -> None:
     """`pearl experiment ratio --quick` writes a markdown table, JSON and a PNG."""
     res = runner.invoke(app, ["experiment", "ratio", "--quick", "--out", str(tmp_path), "--json"])
@@ -85,6 +87,7 @@ def test_unknown_experiment_exit_2() -> None:
     assert res.exit_code == 2 and "NAME" in res.stderr
 
 
+@pytest.mark.slow
 def test_validate_json_reports_errors_and_choices() -> None:
     """`pearl validate --json` on a tiny grid reports error quantiles and choice checks."""
     res = runner.invoke(

@@ -26,6 +26,7 @@ def test_bad_policy_names_are_input_errors(bad: str) -> None:
     assert err.value.field == "--policies"
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_results() -> None:
     """jobs=2 and jobs=1 produce identical summaries (and the bound)."""
     cfg = SimConfig().with_updates(
@@ -42,6 +43,7 @@ def test_worker_processes_give_the_same_results() -> None:
     assert a["policies"]["fixed:colocated"]["trajectories"] > 0
 
 
+@pytest.mark.slow
 def test_static_policy_stays_within_its_bound() -> None:
     """The bound's best static rate covers the static policies it was measured from."""
     cfg = SimConfig().with_updates(
