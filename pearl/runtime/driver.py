@@ -170,6 +170,7 @@ class Driver:
             self.step_metrics = list(ckpt["step_metrics"])
             self.expected_rollout_s = float(ckpt["expected_rollout_s"])
             self.time_offset_s = float(ckpt["time_s"])
+            self.note("resume", f"run resumed from its checkpoint after step {self.trained_steps} (version {self.version})")
         self.version = await _aget(self.trainer.publish.remote())
         spec = EngineSpec(
             model_config=model_cfg,

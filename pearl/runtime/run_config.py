@@ -98,7 +98,7 @@ class TraceSection(_M):
     """Preemptible availability: nodes added and removed by a trace."""
 
     source: str | None = Field(
-        "demo", description="Trace name or file (pearl trace list); None: no preemptible GPUs."
+        None, description="Trace name or file (pearl trace list); None: no preemptible GPUs."
     )
     scale: str | None = Field(None, description="Scale nodes to slots, 'A/B'.")
     window: str | None = Field(None, description="Cut 'START:END' seconds of the trace.")

@@ -223,7 +223,7 @@ class RayWorld:
         seed = self.rng.randrange(1 << 30)
         req = TurnRequest(
             c.traj_id,
-            traj.num_turns * 100 + traj.num_interrupts,
+            traj.num_turns,
             tuple(prompt),
             SamplingParams(
                 temperature=rc.temperature,
