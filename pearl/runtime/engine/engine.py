@@ -24,7 +24,7 @@ from pearl.runtime.engine.model import DTYPES
 from pearl.runtime.engine.model_runner import ModelRunner
 from pearl.runtime.engine.payload import KVPayload
 from pearl.runtime.engine.sampling import SamplingParams
-from pearl.runtime.engine.scheduler import Scheduler
+from pearl.runtime.engine.scheduler import ScheduledBatch, Scheduler
 from pearl.runtime.engine.sequence import RequestOutput, SeqStatus, Sequence
 
 
@@ -83,6 +83,8 @@ class LLMEngine:
         self.runner.build(state_dict, seed)
         self._seqs: dict[str, Sequence] = {}  # unfinished + finished prefill_only (KV kept)
         self._offloaded: dict[str, torch.Tensor] | None = None
+        self._num_generate_calls = 0
+        self.last_batch: ScheduledBatch | None = None  # what the latest step() fed (telemetry)
 
     # -- requests -----------------------------------------------------------------------
     def add_request(
@@ -133,6 +135,7 @@ class LLMEngine:
         """One continuous-batching iteration; outputs for sequences that sampled or finished."""
         self._check_ready()
         batch = self.scheduler.schedule()
+        self.last_batch = batch
         if batch.is_empty:
             return []
         results = self.runner.run(batch)
@@ -188,7 +191,8 @@ class LLMEngine:
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[RequestOutput]:
         """Run prompts to completion; one final RequestOutput per prompt, in order."""
-        ids = [f"gen-{len(self._seqs)}-{i}-{id(prompts)}" for i in range(len(prompts))]
+        self._num_generate_calls += 1
+        ids = [f"generate-{self._num_generate_calls}-{i}" for i in range(len(prompts))]
         for rid, prompt in zip(ids, prompts, strict=True):
             self.add_request(rid, prompt, sampling)
         final: dict[str, RequestOutput] = {}
@@ -230,9 +234,16 @@ class LLMEngine:
             self._drop(seq)
         return payload
 
-    def import_kv(self, request_id: str, payload: KVPayload, sampling: SamplingParams) -> None:
+    def import_kv(
+        self, request_id: str, payload: KVPayload, sampling: SamplingParams
+    ) -> RequestOutput | None:
         """Continue a request from an exported payload (max_new_tokens counts the tokens
-        generated before the export). Raises RequestRejected when it cannot be taken."""
+        generated before the export). Raises RequestRejected when it cannot be taken.
+
+        Returns None when the request is queued; a finished RequestOutput (no new tokens)
+        when the payload's tokens already end it under `sampling` (a stop token, or
+        max_new_tokens reached) -- then step() will report nothing for it.
+        """
         self._check_ready()
         if payload.model_signature != self.model_signature:
             raise RequestRejected(
@@ -266,14 +277,13 @@ class LLMEngine:
             seq.num_computed_tokens = payload.num_kv_tokens
             self.blocks.register_full_blocks(seq)
         self._seqs[request_id] = seq
-        if seq.num_output_tokens and self._already_done(seq):
-            self.scheduler.remove(seq)
-            return
+        if seq.num_output_tokens:
+            seq.prefill_only = False  # a decode engine never stops at "prefill"
+            self._maybe_finish(seq, seq.token_ids[-1])
+            if seq.status is SeqStatus.FINISHED:
+                return RequestOutput.of(seq, [], [])
         self.scheduler.add(seq)
-
-    def _already_done(self, seq: Sequence) -> bool:
-        self._maybe_finish(seq, seq.token_ids[-1])
-        return seq.status is SeqStatus.FINISHED
+        return None
 
     # -- weights and device state --------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:

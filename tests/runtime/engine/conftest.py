@@ -30,6 +30,16 @@ def engine_like(model: torch.nn.Module, cfg: ModelConfig, **kwargs) -> LLMEngine
     return engine
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models gain nothing from threads, and spinning threads on a shared 2-core
+    machine slow every op down by an order of magnitude."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def tiny_cfg() -> ModelConfig:
     return ModelConfig.tiny()

@@ -94,3 +94,17 @@ def test_import_refuses_incompatible_payload(tiny_cfg, tiny_engine_weights) -> N
     with pytest.raises(RequestRejected) as err:
         other.import_kv("x", payload, SamplingParams(max_new_tokens=4))
     assert err.value.reason == "incompatible_kv"
+
+
+def test_import_of_an_already_finished_payload_reports_it(tiny_cfg, tiny_engine_weights) -> None:
+    """A payload whose tokens already reach max_new_tokens finishes at import, KV freed."""
+    a = make_engine(tiny_cfg, tiny_engine_weights)
+    a.add_request("x", PROMPTS[0], SamplingParams(max_new_tokens=5), prefill_only=True)
+    _drain(a)
+    payload = a.export_kv("x")
+    b = make_engine(tiny_cfg, tiny_engine_weights)
+    out = b.import_kv("x", payload, SamplingParams(max_new_tokens=1))
+    assert out is not None and out.finished and out.finish_reason == "length"
+    assert out.output_token_ids == payload.output_token_ids
+    assert not b.has_unfinished() and b.blocks.num_free_blocks == 96
+    assert b.import_kv("y", payload, SamplingParams(max_new_tokens=5)) is None

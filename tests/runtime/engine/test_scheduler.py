@@ -90,3 +90,23 @@ def test_schedule_respects_budgets(lengths, budget, max_seqs, num_blocks) -> Non
                 bm.free_seq(s)
         bm.check_invariants(full=True)
     assert not sched.has_unfinished()
+
+
+@settings(max_examples=6, deadline=None)
+@given(budget=st.integers(2, 40), block_size=st.sampled_from([1, 3, 4, 16]))
+def test_chunking_and_block_size_do_not_change_tokens(
+    tiny_cfg, tiny_engine_weights, budget, block_size
+) -> None:
+    """Any token budget (prefill chunk size) and block size yields the same greedy tokens."""
+    prompts = [list(range(50, 87)), [9, 9, 9, 9, 9]]
+    greedy = SamplingParams(temperature=0, max_new_tokens=6)
+    e = LLMEngine(
+        tiny_cfg,
+        block_size=block_size,
+        num_kv_blocks=256 // block_size + 8,
+        max_num_batched_tokens=budget,
+    )
+    e.load_weights(tiny_engine_weights, version=1)
+    got = [o.output_token_ids for o in e.generate(prompts, greedy)]
+    assert e.last_batch is not None and e.last_batch.num_tokens <= budget
+    assert got == [solo_tokens(tiny_cfg, tiny_engine_weights, p, greedy) for p in prompts]
