@@ -264,12 +264,12 @@ class World:
         w = SimWorker(cmd.worker_id, tuple(cmd.gpu_ids), zone, engine, cmd.group_id, now)
         self.workers[w.worker_id] = w
         costs = self.cfg.costs
-        if now == 0.0:
-            delay = 0.0
-        elif zone == Zone.OVERLAP:
+        if zone == Zone.OVERLAP:  # a borrow always pays its activation, even at time 0
             delay = self.core.uniform(
                 costs.borrow_activation_s.low_s, costs.borrow_activation_s.high_s
             )
+        elif now == 0.0:  # the pool the segment starts with is up already
+            delay = 0.0
         else:
             delay = self.core.uniform(costs.expansion_prep_s.low_s, costs.expansion_prep_s.high_s)
         fails = costs.init_failure_prob > 0 and self.core.rng.random() < costs.init_failure_prob
