@@ -218,17 +218,17 @@ def _controller_class(check_every: int) -> type:
     class SimController(Controller):  # type: ignore[misc, valid-type]
         _num_checks = 0
 
-        def check(self) -> None:
+        def check(self, *args: Any, **kwargs: Any) -> None:
             self._num_checks += 1
             if check_every == 1 or (check_every and self._num_checks % check_every == 0):
-                super().check()
+                super().check(*args, **kwargs)
 
-        def _route(self) -> None:
+        def _route(self) -> Any:
             spend = getattr(self, "_spend_budget", None)
             if self.book.queued() or spend is None:
-                super()._route()
-            else:
-                spend([])  # what routing nothing does (a budgeted borrow may drain)
+                return super()._route()
+            spend([])  # what routing nothing does (a budgeted borrow may drain)
+            return []
 
     return SimController
 
