@@ -56,18 +56,12 @@ class Trajectory:
     queue_seq: int = 0  # FIFO order among queued trajectories
     routed_s: float = float("-inf")  # when its current (or last) request was routed
     env_since_s: float = float("-inf")  # when it last entered its environment
-
-    @property
-    def workers(self) -> tuple[str, ...]:
-        """The workers it is on while in flight (prefill first), else ()."""
-        if self.state not in IN_FLIGHT:
-            return ()
-        ws = [w for w in (self.prefill_worker, self.decode_worker) if w is not None]
-        return tuple(dict.fromkeys(ws))
+    workers: tuple[str, ...] = ()  # the workers it is on while in flight (prefill first)
+    min_version: int | None = None  # the oldest weights that generated a segment
 
     def staleness(self) -> int:
         """Versions between the oldest weights that generated it and the weights it trains."""
-        return max((self.step - v for v in self.segment_versions), default=0)
+        return 0 if self.min_version is None else self.step - self.min_version
 
 
 class BookError(ValueError):
@@ -87,6 +81,7 @@ class TrajectoryBook:
         self.max_staleness = max_staleness
         self._trajs: dict[str, Trajectory] = {}
         self._steps: dict[int, list[str]] = {}
+        self._loads: dict[str, int] = {}
         self._seq = 0
 
     # -- queries ---------------------------------------------------------------------------
@@ -120,17 +115,17 @@ class TrajectoryBook:
         q.sort(key=lambda t: (t.state != TrajState.INTERRUPTED, t.step, t.queue_seq))
         return q
 
+    def num_on_worker(self, worker_id: str) -> int:
+        """Requests in flight on `worker_id` (O(1))."""
+        return self._loads.get(worker_id, 0)
+
     def on_worker(self, worker_id: str) -> list[Trajectory]:
         """Trajectories in flight on `worker_id` (as prefill or decode worker)."""
         return [t for t in self._trajs.values() if worker_id in t.workers]
 
     def loads(self) -> dict[str, int]:
         """In-flight requests per worker (a split request counts on both of its workers)."""
-        out: dict[str, int] = {}
-        for t in self._trajs.values():
-            for w in t.workers:
-                out[w] = out.get(w, 0) + 1
-        return out
+        return dict(self._loads)
 
     def counts(self) -> dict[TrajState, int]:
         out = {s: 0 for s in TrajState}
@@ -195,7 +190,11 @@ class TrajectoryBook:
         t.routed_s = time_s
         t.prefill_worker = prefill_worker
         t.decode_worker = decode_worker if decode_worker is not None else prefill_worker
+        t.workers = tuple(dict.fromkeys((prefill_worker, t.decode_worker)))
+        for w in t.workers:
+            self._loads[w] = self._loads.get(w, 0) + 1
         t.segment_versions.append(version)
+        t.min_version = version if t.min_version is None else min(t.min_version, version)
 
     def mark_phase(self, traj_id: str, state: TrajState) -> bool:
         """Optional progress inside a turn: PREFILL -> KV_TRANSFER -> DECODE."""
@@ -226,7 +225,7 @@ class TrajectoryBook:
         t.generated_tokens = 0
         # The prefill worker keeps the prefix in its cache; the next turn sticks to it.
         t.prefix_worker = t.prefill_worker
-        t.prefill_worker = t.decode_worker = None
+        self._leave(t)
         return True
 
     def mark_interrupted(
@@ -255,7 +254,7 @@ class TrajectoryBook:
         t.num_interrupts += 1
         t.generated_tokens = max(0, generated_tokens)
         t.prefix_worker = None  # its KV is gone with the request
-        t.prefill_worker = t.decode_worker = None
+        self._leave(t)
         t.queue_seq = self._next_seq()
         return True
 
@@ -285,23 +284,55 @@ class TrajectoryBook:
         t.prefix_worker = None
         return True
 
+    def _leave(self, t: Trajectory) -> None:
+        """The trajectory's request leaves its workers."""
+        for w in t.workers:
+            n = self._loads[w] - 1
+            if n:
+                self._loads[w] = n
+            else:
+                del self._loads[w]
+        t.workers = ()
+        t.prefill_worker = t.decode_worker = None
+
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq
 
     # -- invariants ------------------------------------------------------------------------
-    def check(self) -> None:
-        """Every trajectory once, in one state, within the staleness bound."""
+    def check(self, traj_ids: Iterable[str] | None = None) -> None:
+        """Every trajectory once, in one state, within the staleness bound, and the
+        per-worker loads in step. With `traj_ids`: only those trajectories (cheap)."""
+        if traj_ids is not None:
+            for tid in traj_ids:
+                t = self._trajs.get(tid)
+                if t is not None:
+                    self._check_one(t)
+            return
         seen: set[str] = set()
         for step, ids in self._steps.items():
             for tid in ids:
                 if tid in seen or tid not in self._trajs or self._trajs[tid].step != step:
                     raise BookError(f"trajectory {tid} is lost or duplicated")
                 seen.add(tid)
-        if seen != set(self._trajs):
+        if len(seen) != len(self._trajs):
             raise BookError("book and batches disagree")
+        loads: dict[str, int] = {}
+        bound = self.max_staleness
         for t in self._trajs.values():
-            if t.staleness() > self.max_staleness:
-                raise BookError(f"{t.traj_id} staleness {t.staleness()} > {self.max_staleness}")
+            if t.min_version is not None and t.step - t.min_version > bound:
+                raise BookError(f"{t.traj_id} staleness {t.staleness()} > {bound}")
             if (t.state in IN_FLIGHT) != bool(t.workers):
                 raise BookError(f"{t.traj_id} is {t.state} with workers {t.workers}")
+            for w in t.workers:
+                loads[w] = loads.get(w, 0) + 1
+        if loads != self._loads:
+            raise BookError("per-worker loads out of step with the trajectories")
+
+    def _check_one(self, t: Trajectory) -> None:
+        if t.staleness() > self.max_staleness:
+            raise BookError(f"{t.traj_id} staleness {t.staleness()} > {self.max_staleness}")
+        if (t.state in IN_FLIGHT) != bool(t.workers):
+            raise BookError(f"{t.traj_id} is {t.state} with workers {t.workers}")
+        if t.traj_id not in self._steps.get(t.step, ()):
+            raise BookError(f"trajectory {t.traj_id} is not in its batch")

@@ -121,8 +121,11 @@ class Controller(ToggleMixin):
             self._ignore(f"unknown event type {type(event).__name__}")
         else:
             handler(self, event)
-        self._route()
-        self.check()
+        routed = self._route()
+        if type(event) in _TRAJECTORY_EVENTS:  # hot path: check what it touched
+            self.check([event.traj_id, *(r.traj_id for r in routed)])
+        else:
+            self.check()
         out, self._out = self._out, []
         return out
 
@@ -140,7 +143,7 @@ class Controller(ToggleMixin):
             self._emit(cmd.StartRolloutBatch(self.next_step, ids))
             self.next_step += 1
 
-    def _route(self) -> None:
+    def _route(self) -> list[cmd.Route]:
         routes = route_queued(
             self.book,
             self._state,
@@ -150,6 +153,7 @@ class Controller(ToggleMixin):
         )
         self._emit(*routes)
         self._spend_budget(routes)
+        return routes
 
     def _after_transition(self) -> None:
         if self._redecide_pending:
@@ -255,11 +259,14 @@ class Controller(ToggleMixin):
             self._adapt()
 
     # -- invariants ------------------------------------------------------------------------
-    def check(self) -> None:
-        """Raise `ControllerError` if any invariant is broken (see DESIGN.md)."""
+    def check(self, traj_ids: Iterable[str] | None = None) -> None:
+        """Raise `ControllerError` if any invariant is broken (see DESIGN.md): the state's
+        own invariants hold by construction; here the groups (none half-admitted), the book
+        (every trajectory once, in one state, within the staleness bound; with `traj_ids`
+        only those, the cheap check after a trajectory event) and their agreement."""
         s = self._state
         try:
-            self.book.check()
+            self.book.check(traj_ids)
         except ValueError as err:
             raise ControllerError(str(err)) from err
         in_groups: set[str] = set()
@@ -271,14 +278,17 @@ class Controller(ToggleMixin):
         for w in s.workers_with(statuses=(Status.INITIALIZING,)):
             if w.worker_id not in in_groups:
                 raise ControllerError(f"initialising worker {w.worker_id} has no group")
-        for t in self.book:
-            for wid in t.workers:
-                if not s.has_worker(wid):
-                    raise ControllerError(f"{t.traj_id} in flight on missing worker {wid}")
+        for wid in self.book.loads():
+            if not s.has_worker(wid):
+                raise ControllerError(f"a trajectory is in flight on missing worker {wid}")
         for gid in self.offered:
             if s.has_gpu(gid):
                 raise ControllerError(f"GPU {gid} both held and offered")
 
+
+_TRAJECTORY_EVENTS = frozenset(
+    {ev.TrajectoryReady, ev.TurnFinished, ev.RequestInterrupted, ev.TrajectoryDone}
+)
 
 _HANDLERS: dict[type, Any] = {
     ev.Started: lambda self, e: None,

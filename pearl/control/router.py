@@ -98,8 +98,11 @@ def route_queued(
     (a conservative staleness). Returns the routes in the order they must be executed.
     """
     routes: list[Route] = []
-    loads = dict(book.loads())
-    for traj in book.queued():
+    queued = book.queued()
+    if not queued:
+        return routes
+    loads = book.loads()
+    for traj in queued:
         r = route_one(
             traj,
             state,

@@ -203,7 +203,7 @@ class SchedulerCore:
 
     def _kill_worker(self, worker_id: str, *, interrupt: bool) -> None:
         """Remove a worker now: interrupt its requests (preserving progress) and stop it."""
-        if interrupt and self.book.on_worker(worker_id):
+        if interrupt and self.book.num_on_worker(worker_id):
             self._emit(cmd.Interrupt(worker_id))
         self.book.interrupt_workers([worker_id])
         self.book.forget_worker(worker_id)

@@ -79,7 +79,8 @@ class ToggleMixin(RebuilderMixin):
         before = self._state
         self._state = self._state.with_gpus(new)
         plan = self._plan(target, pool + cands)
-        used = sorted({gid for a in (plan.adds if plan else ()) for gid in a.gpu_ids})
+        added = {gid for a in (plan.adds if plan else ()) for gid in a.gpu_ids}
+        used = sorted(added.intersection(cands))  # the plan may also refill free held GPUs
         if plan is None or not used:
             self._state = before
             return

@@ -162,3 +162,15 @@ def test_engine_advisor_drives_pearl_with_a_hardware_prior():
     assert "decline expansion" in ctl.decisions[-1]
     fixed = booted("pearl-disagg:1:1", 4, hardware=hw)
     assert fixed.state.role_counts()[Role.PREFILL] == 2
+
+
+def test_borrow_plan_may_refill_a_free_dedicated_gpu():
+    """After an initial worker failed, a borrow plan also refills its dedicated GPU; only
+    the training GPUs are offloaded and counted as borrowed."""
+    state = ClusterState(gpus=tuple(Gpu(f"d{i}", Zone.DEDICATED) for i in range(2)))
+    ctl = Controller("rlboost+", state=state, batch_size=4, group_size=2, training_gpus=TRAINING)
+    ctl.handle(E.Started(0.0))
+    ctl.handle(E.WorkerInitFailed(1.0, "w1", "boom"))
+    out = ctl.handle(E.TrainingIdle(2.0, ("t0",), 100.0))
+    assert of(out, C.OffloadTraining) == [C.OffloadTraining(("t0",))]
+    assert {c.gpu_ids[0] for c in of(out, C.InitWorker)} == {"t0", "d1"}

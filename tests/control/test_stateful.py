@@ -240,6 +240,7 @@ class ControllerMachine(RuleBasedStateMachine):
     def gpus_bound_once_and_book_consistent(self) -> None:
         if not hasattr(self, "ctl"):
             return
+        self.ctl.check()  # the full check, whatever the last event was
         s = self.ctl.state
         owners = [g for w in s.workers for g in w.gpu_ids]
         assert len(owners) == len(set(owners))
