@@ -124,6 +124,13 @@ class LLMEngine:
                 f"prompt of {len(prompt)} tokens + max_new_tokens {sampling.max_new_tokens} = "
                 f"{total} exceeds the context limit of {self.max_model_len} tokens",
             )
+        if self.blocks.blocks_needed(total) > self.num_kv_blocks:
+            raise RequestRejected(
+                request_id,
+                "kv_capacity",
+                f"{total} tokens need {self.blocks.blocks_needed(total)} KV blocks; the cache "
+                f"has {self.num_kv_blocks} of {self.block_size} tokens",
+            )
 
     def _derive_seed(self, request_id: str) -> int:
         return (self.seed << 32) ^ zlib.crc32(request_id.encode())

@@ -127,3 +127,13 @@ def test_byte_tokenizer_round_trip() -> None:
     assert tok.decode(ids) == text
     assert tok.vocab_size == ModelConfig.tiny().vocab_size
     assert max(ids) < tok.vocab_size
+
+
+def test_request_larger_than_the_kv_cache_is_refused(tiny_cfg) -> None:
+    """With max_model_len above the cache size, a request that could never fit is refused."""
+    e = LLMEngine(tiny_cfg, block_size=4, num_kv_blocks=8, max_model_len=1024)
+    with pytest.raises(RequestRejected) as err:
+        e.add_request("big", list(range(30)), SamplingParams(max_new_tokens=8))
+    assert err.value.reason == "kv_capacity"
+    e.add_request("fits", list(range(20)), SamplingParams(max_new_tokens=12))
+    assert e.generate([[1]], GREEDY)[0].finished
