@@ -196,11 +196,12 @@ class TrajectoryBook:
         t.segment_versions.append(version)
         t.min_version = version if t.min_version is None else min(t.min_version, version)
 
-    def mark_phase(self, traj_id: str, state: TrajState) -> bool:
-        """Optional progress inside a turn: PREFILL -> KV_TRANSFER -> DECODE."""
+    def mark_phase(self, traj_id: str, state: TrajState, time_s: float = float("inf")) -> bool:
+        """Optional progress inside a turn: PREFILL -> KV_TRANSFER -> DECODE (forward only;
+        an event older than the current route is about an earlier request)."""
         t = self._trajs.get(traj_id)
         order = (TrajState.PREFILL, TrajState.KV_TRANSFER, TrajState.DECODE)
-        if t is None or t.state not in order or state not in order:
+        if t is None or t.state not in order or state not in order or time_s < t.routed_s:
             return False
         if order.index(state) <= order.index(t.state):
             return False

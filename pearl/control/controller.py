@@ -23,7 +23,7 @@ from typing import Any
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
-from pearl.control.book import TrajectoryBook
+from pearl.control.book import TrajectoryBook, TrajState
 from pearl.control.plan import PDConfig
 from pearl.control.policies import get_policy
 from pearl.control.policies.base import Advisor, Policy
@@ -230,6 +230,11 @@ class Controller(ToggleMixin):
         if not self.book.mark_ready(e.traj_id, e.time_s):
             self._ignore(f"trajectory {e.traj_id} ready in a state that cannot be")
 
+    def _h_phase(self, e: ev.RequestPhase) -> None:
+        phase = TrajState.KV_TRANSFER if e.phase == "kv_transfer" else TrajState.DECODE
+        if not self.book.mark_phase(e.traj_id, phase, e.time_s):
+            self._ignore(f"phase {e.phase} of {e.traj_id} out of order")
+
     def _h_turn(self, e: ev.TurnFinished) -> None:
         if not self.book.mark_turn_finished(e.traj_id, e.worker_id, e.time_s):
             self._ignore(f"turn of {e.traj_id} finished on {e.worker_id}, not in flight there")
@@ -287,7 +292,13 @@ class Controller(ToggleMixin):
 
 
 _TRAJECTORY_EVENTS = frozenset(
-    {ev.TrajectoryReady, ev.TurnFinished, ev.RequestInterrupted, ev.TrajectoryDone}
+    {
+        ev.TrajectoryReady,
+        ev.RequestPhase,
+        ev.TurnFinished,
+        ev.RequestInterrupted,
+        ev.TrajectoryDone,
+    }
 )
 
 _HANDLERS: dict[type, Any] = {
@@ -303,6 +314,7 @@ _HANDLERS: dict[type, Any] = {
     ev.WorkerDrained: Controller._h_drained,
     ev.WeightsSynced: Controller._h_synced,
     ev.TrajectoryReady: Controller._h_traj_ready,
+    ev.RequestPhase: Controller._h_phase,
     ev.TurnFinished: Controller._h_turn,
     ev.RequestInterrupted: Controller._h_interrupted,
     ev.TrajectoryDone: Controller._h_done,

@@ -12,7 +12,7 @@ the controller logs and ignores whatever makes no sense for its current state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pearl.control.state import Gpu
 
@@ -131,6 +131,17 @@ class TrajectoryReady:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestPhase:
+    """Optional progress of a turn in flight: its prefill ended and its KV is moving to the
+    decode worker (`kv_transfer`), or it is decoding (`decode`). Worlds may omit these; the
+    book then shows the turn in `prefill` until it finishes."""
+
+    time_s: float
+    traj_id: str
+    phase: Literal["kv_transfer", "decode"]
+
+
+@dataclass(frozen=True, slots=True)
 class TurnFinished:
     """The model finished a turn of `traj_id` on `worker_id` (the decode worker if split);
     the trajectory is now in its environment (or done, then `TrajectoryDone` follows)."""
@@ -183,6 +194,7 @@ Event = (
     | WorkerDrained
     | WeightsSynced
     | TrajectoryReady
+    | RequestPhase
     | TurnFinished
     | RequestInterrupted
     | TrajectoryDone
@@ -202,6 +214,7 @@ EVENT_TYPES: tuple[type, ...] = (
     WorkerDrained,
     WeightsSynced,
     TrajectoryReady,
+    RequestPhase,
     TurnFinished,
     RequestInterrupted,
     TrajectoryDone,

@@ -123,3 +123,17 @@ def test_event_older_than_the_current_route_is_rejected():
     t = b.get("s0-g0-0")
     assert t is not None and t.state == TrajState.PREFILL and t.num_interrupts == 1
     assert b.mark_turn_finished("s0-g0-0", "w1", time_s=7.0)
+
+
+def test_phases_only_move_forward_within_the_current_request():
+    """PREFILL -> KV_TRANSFER -> DECODE, never back, never for an older request."""
+    b = _book()
+    b.mark_ready("s0-g0-0")
+    b.mark_routed("s0-g0-0", "w1", "w2", 0, time_s=3.0)
+    assert not b.mark_phase("s0-g0-0", TrajState.DECODE, time_s=2.0)
+    assert b.mark_phase("s0-g0-0", TrajState.KV_TRANSFER, time_s=4.0)
+    assert b.mark_phase("s0-g0-0", TrajState.DECODE, time_s=5.0)
+    assert not b.mark_phase("s0-g0-0", TrajState.KV_TRANSFER, time_s=6.0)
+    t = b.get("s0-g0-0")
+    assert t is not None and t.state == TrajState.DECODE and t.workers == ("w1", "w2")
+    assert b.mark_turn_finished("s0-g0-0", "w2", time_s=7.0)

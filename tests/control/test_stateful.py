@@ -189,14 +189,18 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @rule(i=IDS, right_worker=st.booleans())
     def turn_finished(self, i: int, right_worker: bool) -> None:
-        tid = self._pick(i, frozenset({TrajState.PREFILL, TrajState.DECODE}))
+        tid = self._pick(i, IN_FLIGHT)
         traj = self.ctl.book.get(tid)
         w = traj.decode_worker if traj and traj.decode_worker and right_worker else "w7"
         self.send(E.TurnFinished(self.tick(), tid, w or "w7"))
 
+    @rule(i=IDS, phase=st.sampled_from(["kv_transfer", "decode"]))
+    def request_phase(self, i: int, phase: str) -> None:
+        self.send(E.RequestPhase(self.tick(), self._pick(i, IN_FLIGHT), phase))  # type: ignore[arg-type]
+
     @rule(i=IDS, tokens=st.integers(0, 50))
     def request_interrupted(self, i: int, tokens: int) -> None:
-        tid = self._pick(i, frozenset({TrajState.PREFILL, TrajState.DECODE}))
+        tid = self._pick(i, IN_FLIGHT)
         traj = self.ctl.book.get(tid)
         w = traj.prefill_worker if traj and traj.prefill_worker else "w3"
         self.send(E.RequestInterrupted(self.tick(), tid, w, tokens))
@@ -211,7 +215,7 @@ class ControllerMachine(RuleBasedStateMachine):
         for t in list(self.ctl.book):
             if t.state == TrajState.ENV:
                 self.send(E.TrajectoryReady(self.tick(0.1), t.traj_id))
-            elif t.state in (TrajState.PREFILL, TrajState.DECODE) and t.decode_worker:
+            elif t.state in IN_FLIGHT and t.decode_worker:
                 self.send(E.TurnFinished(self.tick(0.1), t.traj_id, t.decode_worker))
 
     @rule(turns=st.integers(0, 3))
