@@ -15,7 +15,7 @@ them. Each command's completion comes back as a later event:
 | ReleaseGpus        | none (synchronous: the GPUs are handed back at once)  |
 | OffloadTraining    | none (training state moved off the GPUs)              |
 | RestoreTraining    | none (training state back on the GPUs)                |
-| Route              | TurnFinished / RequestInterrupted                     |
+| Route              | [RequestPhase...] then TurnFinished or RequestInterrupted |
 | StartRolloutBatch  | TrajectoryReady per trajectory, later TrajectoryDone  |
 """
 

@@ -186,6 +186,7 @@ def _finish_turn(world: World, tr: TrajRun, worker_id: str, end_s: float) -> Non
 
 def _traj_done(world: World, tr: TrajRun) -> None:
     tr.done = True
+    world.traj_done_times_s.append(world.core.now_s)
     world.emit(E.TrajectoryDone(world.core.now_s, tr.traj_id))
     world.stats.trajectories_done += 1
     world.stats.trajectory_tokens += tr.traj.total_tokens

@@ -130,6 +130,7 @@ class PolicyRun:
     worker_steps: list[Any]
     decisions: list[dict[str, Any]]
     step_end_times_s: list[float]
+    traj_done_times_s: list[float]
     world: World | None = None
     controller: Any = None
 
@@ -199,6 +200,7 @@ def run_policy(
         world.finished_worker_steps,
         decision_docs(controller, log),
         list(world.step_end_times_s),
+        list(world.traj_done_times_s),
         world,
         controller,
     )

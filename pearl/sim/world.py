@@ -139,6 +139,7 @@ class World:
         self._last_makespan_s = 216.0
         self.finished_turns: list = []
         self.step_end_times_s: list[float] = []
+        self.traj_done_times_s: list[float] = []
         self.finished_worker_steps: list = []
         n_dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
         self.dedicated = tuple(Gpu(f"r{i}", Zone.DEDICATED) for i in range(n_dedicated))

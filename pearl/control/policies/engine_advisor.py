@@ -64,8 +64,12 @@ class EngineAdvisor:
         return p.makespan_s if p.feasible else float("inf")
 
     def observe(self, time_s: float, turns: Sequence[Any], worker_steps: Sequence[Any]) -> None:
-        if turns or worker_steps:
+        if not (turns or worker_steps):
+            return
+        try:
             self.tracker.observe_step(list(turns), list(worker_steps))
+        except ValueError as err:  # bad telemetry must not stop the controller
+            self.log.append(f"t={time_s:.3f}: telemetry ignored: {err}")
 
     def _decide(self, num_workers: int, current: PDConfig | None) -> Any:
         d = self.engine.decide(
