@@ -108,3 +108,19 @@ def test_import_of_an_already_finished_payload_reports_it(tiny_cfg, tiny_engine_
     assert out.output_token_ids == payload.output_token_ids
     assert not b.has_unfinished() and b.blocks.num_free_blocks == 96
     assert b.import_kv("y", payload, SamplingParams(max_new_tokens=5)) is None
+
+
+def test_moe_model_disaggregated_equals_colocated() -> None:
+    """The MoE variant (top-k routing) also decodes identically after a KV hand-off."""
+    cfg = ModelConfig.tiny(moe=True)
+    weights = {
+        k: v * 8 if v.dim() > 1 else v for k, v in LLMEngine(cfg, seed=5).state_dict().items()
+    }
+    greedy = SamplingParams(temperature=0, max_new_tokens=8)
+    colocated = make_engine(cfg, weights)
+    expected = colocated.generate([PROMPTS[0]], greedy)[0].output_token_ids
+    prefill, decode = make_engine(cfg, weights), make_engine(cfg, weights)
+    prefill.add_request("m", PROMPTS[0], greedy, prefill_only=True)
+    _drain(prefill)
+    decode.import_kv("m", prefill.export_kv("m"), greedy)
+    assert run_to_end(decode)["m"] == expected
