@@ -191,7 +191,6 @@ def bound_for(cfg: SimConfig, actions: list[TraceAction], duration_s: float) -> 
 def train_step_s(cfg: SimConfig) -> float:
     """Training step time of a mean batch of the configured workload."""
     from pearl.sim.trainer import step_time_s
-    from pearl.sim.world import mean_trajectory_tokens
     from pearl.specs import get_gpu, get_model
 
     m, g = get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu)
@@ -203,3 +202,15 @@ def train_step_s(cfg: SimConfig) -> float:
         num_gpus=cfg.cluster.num_training_gpus,
         peak_flops_per_s=g.flops_per_s,
     )
+
+
+def mean_trajectory_tokens(cfg: SimConfig, num_samples: int = 512) -> float:
+    """Mean final context (training tokens) of the configured workload's trajectories."""
+    from pearl.sim.workload import TrajectorySampler
+    from pearl.specs.workload import WorkloadSpec
+
+    spec = WorkloadSpec.model_validate(
+        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
+    )
+    trajs = TrajectorySampler(spec, seed=cfg.seed).batch(num_samples)
+    return sum(t.total_tokens for t in trajs) / num_samples

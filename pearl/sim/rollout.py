@@ -14,22 +14,49 @@ Functions over a `World` (kept apart from world.py so each module holds one conc
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pearl.control import commands as C
 from pearl.control import events as E
 from pearl.control.state import Role
-from pearl.sim.core import PRIO_COMPLETION
+from pearl.sim.core import PRIO_COMPLETION, Handle
 from pearl.sim.inference_types import Completion, CompletionKind, Request
 from pearl.sim.telemetry_out import TurnTiming, turn_record
+from pearl.sim.workload import Trajectory
 
 if TYPE_CHECKING:
-    from pearl.sim.world import SimWorker, TrajRun, World
+    from pearl.sim.world import SimWorker, World
+
+
+@dataclass(eq=False)
+class TrajRun:
+    """The world's view of one trajectory (the truth the controller only sees via events)."""
+
+    traj_id: str
+    key: int
+    step: int
+    traj: Trajectory
+    turn: int = 0
+    generated_tokens: int = 0  # preserved tokens of the current turn (after interrupts)
+    resumed: bool = False
+    timing: TurnTiming | None = None
+    done: bool = False
+    transfer: Handle | None = None
+    route: tuple[str, str | None] | None = None  # (prefill, decode) workers while in flight
+
+
+@dataclass
+class StepRun:
+    step: int
+    start_s: float
+    traj_ids: tuple[str, ...]
+    num_done: int = 0
+    num_tokens: int = 0
+    turns: list = field(default_factory=list)
 
 
 def start_batch(world: World, cmd: C.StartRolloutBatch) -> None:
-    from pearl.sim.world import StepRun, TrajRun
-
     if cmd.step in world.steps:
         return
     sampled = world.sampler_for(cmd.step).batch(len(cmd.traj_ids))

@@ -42,10 +42,17 @@ from pearl.sim.core import (
 from pearl.sim.hardware import WorkerHardware
 from pearl.sim.inference import InferenceWorker
 from pearl.sim.playback import TraceAction
-from pearl.sim.rollout import interrupt_worker, on_completion, route, start_batch
-from pearl.sim.telemetry_out import TurnTiming, worker_step_record
+from pearl.sim.rollout import (
+    StepRun,
+    TrajRun,
+    interrupt_worker,
+    on_completion,
+    route,
+    start_batch,
+)
+from pearl.sim.telemetry_out import worker_step_record
 from pearl.sim.trainer import Trainer, TrainerCallbacks
-from pearl.sim.workload import Trajectory, TrajectorySampler
+from pearl.sim.workload import TrajectorySampler
 from pearl.specs.hardware import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
 
@@ -67,33 +74,6 @@ class SimWorker:
     handle: Handle | None = None
     pending_role: Role | None = None  # a role change waiting for the worker to empty
     incoming: set[str] = field(default_factory=set)  # trajectories in KV transfer to it
-
-
-@dataclass(eq=False)
-class TrajRun:
-    """The world's view of one trajectory (the truth the controller only sees via events)."""
-
-    traj_id: str
-    key: int
-    step: int
-    traj: Trajectory
-    turn: int = 0
-    generated_tokens: int = 0  # preserved tokens of the current turn (after interrupts)
-    resumed: bool = False
-    timing: TurnTiming | None = None
-    done: bool = False
-    transfer: Handle | None = None
-    route: tuple[str, str | None] | None = None  # (prefill, decode) workers while in flight
-
-
-@dataclass
-class StepRun:
-    step: int
-    start_s: float
-    traj_ids: tuple[str, ...]
-    num_done: int = 0
-    num_tokens: int = 0
-    turns: list = field(default_factory=list)
 
 
 @dataclass
@@ -467,12 +447,3 @@ class World:
         self.emit(E.RolloutStepFinished(now, s.step, tuple(s.turns), tuple(worker_steps)))
         s.turns = []
         self.trainer.batch_ready(s.step, s.num_tokens)
-
-
-def mean_trajectory_tokens(cfg: SimConfig, num_samples: int = 512) -> float:
-    """Mean final context (training tokens) of the configured workload's trajectories."""
-    spec = WorkloadSpec.model_validate(
-        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
-    )
-    trajs = TrajectorySampler(spec, seed=cfg.seed).batch(num_samples)
-    return sum(t.total_tokens for t in trajs) / num_samples
