@@ -11,6 +11,7 @@ which samples the first token and keeps the KV; `export_kv` ships it; a decode e
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -314,6 +315,16 @@ class LLMEngine:
                     params[name].copy_(tensor.to(params[name].device, params[name].dtype))
         self.weight_version = version
         self.blocks.set_namespace(version)
+
+    def load_checkpoint(self, checkpoint_dir: str | Path, version: int) -> None:
+        """load_weights from an HF safetensors directory; its config must match this model."""
+        cfg, state_dict = load_checkpoint(checkpoint_dir)
+        if replace(cfg, dtype=self.config.dtype) != self.config:
+            raise InputError(
+                str(Path(checkpoint_dir) / "config.json"),
+                "model shape differs from the engine's (a snapshot must keep the architecture)",
+            )
+        self.load_weights(state_dict, version)
 
     def release(self) -> list[RequestOutput]:
         """Free device state (weights to CPU, KV dropped). Aborts live requests and returns

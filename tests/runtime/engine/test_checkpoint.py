@@ -131,3 +131,19 @@ def test_unsupported_config_is_refused(good_ckpt, patch, field) -> None:
 def test_missing_directory(tmp_path) -> None:
     with pytest.raises(InputError, match="not found"):
         LLMEngine(checkpoint_dir=tmp_path / "nope")
+
+
+def test_engine_loads_a_checkpoint_snapshot_by_version(tmp_path) -> None:
+    """load_checkpoint(dir, version) installs the weights; another architecture is refused."""
+    cfg = ModelConfig.tiny()
+    source = LLMEngine(cfg, seed=21)
+    save_checkpoint(tmp_path / "v5", cfg, source.state_dict())
+    engine = LLMEngine(cfg, seed=1)
+    engine.load_checkpoint(tmp_path / "v5", version=5)
+    assert engine.weight_version == 5
+    assert all(torch.equal(engine.state_dict()[k], v) for k, v in source.state_dict().items())
+    other = ModelConfig.tiny(num_hidden_layers=3)
+    save_checkpoint(tmp_path / "other", other, LLMEngine(other).state_dict())
+    with pytest.raises(InputError, match="config.json"):
+        engine.load_checkpoint(tmp_path / "other", version=6)
+    assert engine.weight_version == 5
