@@ -82,6 +82,7 @@ class TrajectoryBook:
         self._trajs: dict[str, Trajectory] = {}
         self._steps: dict[int, list[str]] = {}
         self._loads: dict[str, int] = {}
+        self._queued: set[str] = set()  # ids in QUEUED states
         self._seq = 0
 
     # -- queries ---------------------------------------------------------------------------
@@ -111,7 +112,7 @@ class TrajectoryBook:
 
     def queued(self) -> list[Trajectory]:
         """Trajectories waiting for a route: interrupted first, then older batches, then FIFO."""
-        q = [t for t in self._trajs.values() if t.state in QUEUED]
+        q = [self._trajs[tid] for tid in self._queued]
         q.sort(key=lambda t: (t.state != TrajState.INTERRUPTED, t.step, t.queue_seq))
         return q
 
@@ -165,6 +166,7 @@ class TrajectoryBook:
         if t is None or t.state != TrajState.ENV or time_s < t.env_since_s:
             return False
         t.state = TrajState.WAITING
+        self._queued.add(traj_id)
         t.queue_seq = self._next_seq()
         return True
 
@@ -187,6 +189,7 @@ class TrajectoryBook:
         if not self.can_use_version(t, version):
             raise BookError(f"{traj_id} of step {t.step} cannot use weights v{version}")
         t.state = TrajState.PREFILL
+        self._queued.discard(traj_id)
         t.routed_s = time_s
         t.prefill_worker = prefill_worker
         t.decode_worker = decode_worker if decode_worker is not None else prefill_worker
@@ -252,6 +255,7 @@ class TrajectoryBook:
         if t.state not in IN_FLIGHT or worker_id not in t.workers or time_s < t.routed_s:
             return False
         t.state = TrajState.INTERRUPTED
+        self._queued.add(traj_id)
         t.num_interrupts += 1
         t.generated_tokens = max(0, generated_tokens)
         t.prefix_worker = None  # its KV is gone with the request
@@ -282,6 +286,7 @@ class TrajectoryBook:
         if time_s < t.env_since_s:
             return False
         t.state = TrajState.DONE
+        self._queued.discard(traj_id)
         t.prefix_worker = None
         return True
 
@@ -329,6 +334,8 @@ class TrajectoryBook:
                 loads[w] = loads.get(w, 0) + 1
         if loads != self._loads:
             raise BookError("per-worker loads out of step with the trajectories")
+        if self._queued != {t.traj_id for t in self._trajs.values() if t.state in QUEUED}:
+            raise BookError("queue out of step with the trajectories")
 
     def _check_one(self, t: Trajectory) -> None:
         if t.staleness() > self.max_staleness:

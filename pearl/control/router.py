@@ -26,6 +26,23 @@ def _seq(worker_id: str) -> tuple[int, str]:
     return (int(worker_id[1:]) if worker_id[1:].isdigit() else 1 << 60, worker_id)
 
 
+_LAST: list[tuple[ClusterState, list[Worker]]] = []  # one-entry cache (states are immutable)
+
+
+def _routable_in_order(state: ClusterState) -> list[Worker]:
+    if _LAST and _LAST[0][0] is state:
+        return _LAST[0][1]
+    ws = sorted(state.routable(), key=lambda w: _seq(w.worker_id))
+    _LAST[:] = [(state, ws)]
+    return ws
+
+
+def _candidates(state: ClusterState, allowed: frozenset[str] | None) -> list[Worker]:
+    """Routable workers (active, allowed), in a stable order (age, then id)."""
+    ws = _routable_in_order(state)
+    return ws if allowed is None else [w for w in ws if w.worker_id in allowed]
+
+
 def route_one(
     traj: Trajectory,
     state: ClusterState,
@@ -34,29 +51,27 @@ def route_one(
     *,
     max_inflight_per_worker: int | None = None,
     allowed: frozenset[str] | None = None,
+    candidates: list[Worker] | None = None,
 ) -> Route | None:
     """The route of `traj`'s next turn, or None if no worker can take it now.
 
     `allowed` (if given) restricts candidates to those worker ids (e.g. a policy that stops
-    sending new work to borrowed workers whose budget is spent).
+    sending new work to borrowed workers whose budget is spent). `candidates` may pass the
+    routable workers precomputed (`_candidates`), for routing many trajectories at once.
     """
-
-    def ok(w: Worker) -> bool:
-        if allowed is not None and w.worker_id not in allowed:
-            return False
-        if not book.can_use_version(traj, w.weight_version):
-            return False
-        return max_inflight_per_worker is None or loads.get(w.worker_id, 0) < (
-            max_inflight_per_worker
-        )
-
-    active = [w for w in state.routable() if ok(w)]
+    cap = max_inflight_per_worker
+    pool = candidates if candidates is not None else _candidates(state, allowed)
+    active = [
+        w
+        for w in pool
+        if book.can_use_version(traj, w.weight_version)
+        and (cap is None or loads.get(w.worker_id, 0) < cap)
+    ]
     colocated = [w for w in active if w.role == Role.COLOCATED]
-    prefill = [w for w in active if w.role == Role.PREFILL]
     decode = [w for w in active if w.role == Role.DECODE]
 
-    def least(ws: list[Worker]) -> Worker:
-        return min(ws, key=lambda w: (loads.get(w.worker_id, 0), _seq(w.worker_id)))
+    def least(ws: list[Worker]) -> Worker:  # ties: the oldest worker (ws is in age order)
+        return min(ws, key=lambda w: loads.get(w.worker_id, 0))
 
     def make(p: Worker) -> Route | None:
         full = traj.state == TrajState.INTERRUPTED or traj.prefix_worker != p.worker_id
@@ -66,18 +81,22 @@ def route_one(
             return None
         return Route(traj.traj_id, p.worker_id, least(decode).worker_id, full_prefill=full)
 
-    sticky = next(
-        (w for w in colocated + prefill if w.worker_id == traj.prefix_worker),
-        None,
-    )
-    if sticky is not None and traj.state != TrajState.INTERRUPTED:
-        r = make(sticky)
-        if r is not None:
-            return r
-    candidates = colocated + (prefill if decode else [])
-    if not candidates:
+    if traj.prefix_worker is not None and traj.state != TrajState.INTERRUPTED:
+        sticky = next(
+            (w for w in active if w.worker_id == traj.prefix_worker and w.role != Role.DECODE),
+            None,
+        )
+        if sticky is not None:
+            r = make(sticky)
+            if r is not None:
+                return r
+    if decode:
+        choices = [w for w in active if w.role != Role.DECODE]
+    else:
+        choices = colocated
+    if not choices:
         return None
-    return make(least(candidates))
+    return make(least(choices))
 
 
 def version_of(state: ClusterState, worker_id: str) -> int:
@@ -102,6 +121,9 @@ def route_queued(
     if not queued:
         return routes
     loads = book.loads()
+    candidates = _candidates(state, allowed)
+    if not candidates:
+        return routes
     for traj in queued:
         r = route_one(
             traj,
@@ -109,7 +131,7 @@ def route_queued(
             loads,
             book,
             max_inflight_per_worker=max_inflight_per_worker,
-            allowed=allowed,
+            candidates=candidates,
         )
         if r is None:
             continue
