@@ -208,7 +208,7 @@ class Controller(ToggleMixin):
             ready = g is not None and w.worker_id in g.ready
             if w.status == Status.ACTIVE or ready:
                 self._emit(cmd.SyncWeights(w.worker_id, e.version))
-            if g is not None:
+            if g is not None and w.weight_version < e.version - self.policy.max_staleness:
                 g.synced.discard(w.worker_id)
         self._start_batches()
 

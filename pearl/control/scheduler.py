@@ -300,8 +300,11 @@ class SchedulerCore:
         if worker_id not in g.ready:
             self._ignore(f"weights synced on {worker_id} before it was ready")
             return
-        if max(version, w.weight_version) < self.latest_version:
+        if max(version, w.weight_version) < self.latest_version - self.policy.max_staleness:
             return  # a SyncWeights to the latest version is on its way
+        # Within the staleness bound is enough to admit: requiring exactly the latest version
+        # livelocks when training publishes faster than a new worker can sync (the router
+        # still keeps every trajectory within the bound, and the sync to latest goes on).
         g.synced.add(worker_id)
         self._try_admit(g)
 

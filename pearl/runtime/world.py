@@ -233,7 +233,7 @@ class RayWorld:
                 stop_token_ids=(self.tok.eos_token_id,),
             ),
             step=traj.step,
-            resumed=c.full_prefill,
+            resumed=c.full_prefill and traj.num_interrupts > 0,
             t_queued_s=time.time(),
         )
         res = await self._run_turn(req, c)
