@@ -259,8 +259,8 @@ class ControllerMachine(RuleBasedStateMachine):
 
 TestController = ControllerMachine.TestCase
 TestController.settings = settings(
-    max_examples=80,
-    stateful_step_count=40,
+    max_examples=200,
+    stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
