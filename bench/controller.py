@@ -3,7 +3,8 @@ urgent reclaim, at 16 GPUs (batch 64) and 256 GPUs (batch 1,024).
 
 A turn cycle is two events (`TrajectoryReady` -> route, `TurnFinished`); a reclaim takes a
 quarter of the preemptible workers with their requests in flight (interrupt, stop,
-release, re-plan, re-route). Every `handle` also checks all invariants.
+release, re-plan, re-route). Every `handle` also checks its invariants (all of them after
+an elastic event, the touched trajectories after a trajectory event).
 
     .venv/bin/python -m bench.controller [--no-write]
 """
@@ -90,8 +91,9 @@ def main() -> None:
             "## Controller: `handle(event)`",
             "",
             "Median wall time per event of a steady turn cycle (route on ready, finish), and of",
-            "one reclaim of a quarter of the preemptible workers with requests in flight; every",
-            f"call checks all invariants. Machine: {machine_line()} (shared, noisy).",
+            "one reclaim of a quarter of the preemptible workers with requests in flight; each",
+            "call checks its invariants (all after an elastic event, the touched trajectories",
+            f"after a trajectory event). Machine: {machine_line()} (shared, noisy).",
             "Rerun: `.venv/bin/python -m bench.controller`.",
             "",
             "| GPUs | batch | us per turn event | ms per reclaim |",
