@@ -101,6 +101,8 @@ class RebuilderMixin(SchedulerCore):
                 self._emit(cmd.RestoreTraining(tuple(gpu_ids)))
         self._state = self._state.without_gpus(gpu_ids)
         self._replan("shrink", urgent=False)  # the urgent part is done; survivors drain
+        if self.groups:  # planned without the pending groups: look again once they join
+            self._redecide_pending = True
 
     def _current_lease(self, time_s: float, gpu_ids: tuple[str, ...]) -> tuple[str, ...]:
         """The GPUs an event at `time_s` can be about: not offered again since."""
