@@ -272,17 +272,25 @@ class LocalCluster:
 
         self._tmp = tempfile.mkdtemp(prefix="pearl-ray-")
         self._store_bytes = object_store_bytes
-        self._cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": head_cpus,
-                "include_dashboard": False,
-                "temp_dir": self._tmp,
-                "object_store_memory": object_store_bytes,
-                "labels": node_labels(Zone.DEDICATED, "head"),
-                "resources": node_resources(Zone.DEDICATED, head_gpu_ids),
-            },
-        )
+        head_args = {
+            "num_cpus": head_cpus,
+            "include_dashboard": False,
+            "temp_dir": self._tmp,
+            "object_store_memory": object_store_bytes,
+            "labels": node_labels(Zone.DEDICATED, "head"),
+            "resources": node_resources(Zone.DEDICATED, tuple(head_gpu_ids)),
+        }
+        # Ray gives a starting node 30 s to register; on an overloaded machine the head can
+        # miss that. One more try is safe for the head (a half-started one is a separate
+        # cluster, killed at exit); a worker node is never retried (it could register late
+        # and duplicate its device slots).
+        for attempt in range(2):
+            try:
+                self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
+                break
+            except Exception:
+                if attempt == 1:
+                    raise
         self._nodes: dict[str, Any] = {}
 
     @property
