@@ -140,7 +140,9 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         ),
         tail_cached_tokens=tail_turns * profile.cached_prefix_tokens_per_turn,
         tail_decode_tokens=tail(profile.tail_decode_tokens, turns * n_d),
-        tail_env_s=tail(profile.tail_env_s, turns * profile.env_s_per_turn_mean),
+        # time off the model: environment steps plus the world's per-turn dispatch overhead
+        tail_env_s=tail(profile.tail_env_s, turns * profile.env_s_per_turn_mean)
+        + tail_turns * profile.turn_overhead_s,
         live=min(1.0, max(0.05, turns / tail_turns)),
         n_new=profile.new_prefill_tokens_per_turn,
         n_cached=profile.cached_prefix_tokens_per_turn,

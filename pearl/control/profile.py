@@ -200,6 +200,7 @@ class WorkloadProfile:
     tail_new_prefill_tokens: float = 300000.0
     tail_decode_tokens: float = 15000.0
     tail_env_s: float = 250.0
+    turn_overhead_s: float = 0.0
     num_steps: int = 0
     num_turns: int = 0
     step_fit: FitQuality = FitQuality()

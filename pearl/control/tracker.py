@@ -24,7 +24,7 @@ The first step with turns (or with samples for a fit) replaces the prior's value
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -174,10 +174,29 @@ def workload_stats(turns: Sequence[TurnRecord]) -> dict[str, float]:
     stats["tail_new_prefill_tokens"] = float(sum(r.new_prefill_tokens for r in tail))
     stats["tail_decode_tokens"] = float(sum(r.decode_tokens for r in tail))
     stats["tail_env_s"] = float(sum(r.env_s or 0.0 for r in tail))
+    gaps = _orchestration_gaps(by_traj.values())
+    if gaps:
+        stats["turn_overhead_s"] = float(np.mean(gaps))
     if env.size:
         stats["env_s_per_turn_mean"] = float(env.mean())
         stats["env_s_per_turn_p90"] = float(np.percentile(env, 90))
     return stats
+
+
+def _orchestration_gaps(trajs: Iterable[Sequence[TurnRecord]]) -> list[float]:
+    """Per turn, the time a trajectory is neither on a worker, nor queued, nor in its
+    environment: from decode end to env start, and from env end to the next turn's queueing
+    (the runtime's dispatch and bookkeeping; about zero in the simulator)."""
+    gaps: list[float] = []
+    for rs in trajs:
+        rs = sorted(rs, key=lambda r: r.turn)
+        for a, b in zip(rs, rs[1:], strict=False):
+            if a.t_env_start_s is None or a.t_env_end_s is None:
+                continue
+            gap = (a.t_env_start_s - a.t_decode_end_s) + (b.t_queued_s - a.t_env_end_s)
+            if gap >= 0:
+                gaps.append(gap)
+    return gaps
 
 
 _ITER_FIELDS = (
