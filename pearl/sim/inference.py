@@ -166,7 +166,39 @@ class InferenceWorker:
             return self._done[0].t_end_s
         if self._seg is None and self._has_work():
             self._compose()
-        return self._seg.end_s if self._seg is not None else math.inf
+        seg = self._seg
+        if seg is None:
+            return math.inf
+        if seg.chunks is not None:
+            return self._after_mixed_s(seg)
+        return seg.end_s
+
+    def _after_mixed_s(self, seg: Segment) -> float:
+        """End of the decode stretch that follows the mixed segment `seg` when nothing
+        observable happens at seg's end (its prompts all finish and join the decodes, no
+        request completes, nothing else waits, the KV has room): then the world need not
+        wake up in between. Otherwise seg's own end. Exact: the same arithmetic as
+        `_compose` and `_decode_stretch` will do at that boundary."""
+        end = seg.end_s
+        if self._waiting or self.role == Role.PREFILL or len(self._prefilling) != len(seg.chunks):
+            return end
+        n, d = seg.iters, seg.d
+        min_left = self._min_decode_left() - n if d else math.inf
+        if min_left <= 0:
+            return end
+        joiners_kv = 0
+        for s, c in seg.chunks:
+            left = s.left - 1  # the last chunk samples the first token
+            if s.prefill_done + c * n < s.prompt or left <= 0:
+                return end
+            joiners_kv += s.prompt
+            min_left = min(min_left, left)
+        d2 = d + len(seg.chunks)
+        free = self._free_tokens() - d * n
+        if free < d2:
+            return end
+        k = min(int(min_left), free // d2)
+        return end + self.hw.decode_stretch_time_s(d2, self._ctx_sum + d * n + joiners_kv, k)
 
     def interrupt_all(self, now_s: float) -> list[Partial]:
         """Abort every request at now_s, keeping each one's generated tokens (paper §4.5).
@@ -441,7 +473,7 @@ class InferenceWorker:
 
     def _apply(self, seg: Segment, n: int) -> None:
         """Apply the first n iterations of `seg` (all of them unless interrupted)."""
-        t_end = seg.start_s + self._seg_time(seg, n)
+        t_end = seg.end_s if n == seg.iters else seg.start_s + self._seg_time(seg, n)
         d = seg.d
         st = self.stats
         st.num_segments += 1

@@ -491,3 +491,21 @@ def test_late_submit_buffers_completions_and_reports_them_next():
     assert w2.next_change_time_s() == pytest.approx(t_done)
     [c] = w2.advance(t_done + 1.0)
     assert c.traj_id == 1 and c.t_end_s == pytest.approx(t_done)
+
+
+def test_next_change_skips_internal_boundaries_it_can_predict():
+    """A prompt that finishes and goes on decoding is no event for the world: the first
+    wake-up asked for is the turn's end, and advancing there yields the completion."""
+    w = InferenceWorker("w", toy())
+    w.submit(Request(1, 0, 1000, 50), 0.0)
+    t = w.next_change_time_s()
+    [c] = w.advance(t)
+    assert c.t_end_s == t and c.t_prefill_end_s < t
+    # a prompt arriving while another request decodes: still one wake-up per completion
+    w.submit(Request(2, 0, 3000, 40), t)
+    w.submit(Request(3, 0, 500, 80), t)
+    wakes, done = 0, []
+    while (t := w.next_change_time_s()) < float("inf"):
+        wakes += 1
+        done += w.advance(t)
+    assert [c.traj_id for c in done] == [2, 3] and wakes == 2
