@@ -60,6 +60,11 @@ def turn_record(
     p_end = max(p_end, p_start)
     d_start = timing.t_decode_start_s if timing.t_decode_start_s is not None else p_end
     d_start = max(d_start, p_end, timing.t_kv_end_s or p_end)
+    # Recomputation (preemption under KV pressure, or a retry after an interrupt) can make
+    # the prefill work exceed the context; the schema counts the context once.
+    context = max(timing.context_tokens, 1)
+    new_tokens = min(timing.new_prefill_tokens, context)
+    cached = min(timing.cached_prefix_tokens, context - new_tokens)
     return TurnRecord(
         traj_id=traj_id,
         turn=turn,
@@ -68,10 +73,10 @@ def turn_record(
         prefill_worker=timing.prefill_worker,
         decode_worker=timing.decode_worker,
         roles=timing.roles,
-        new_prefill_tokens=timing.new_prefill_tokens,
-        cached_prefix_tokens=timing.cached_prefix_tokens,
+        new_prefill_tokens=new_tokens,
+        cached_prefix_tokens=cached,
         decode_tokens=decode_tokens,
-        context_tokens=timing.context_tokens,
+        context_tokens=context,
         t_queued_s=timing.t_queued_s,
         t_prefill_start_s=p_start,
         t_prefill_end_s=p_end,

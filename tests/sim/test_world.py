@@ -139,3 +139,32 @@ def test_interrupt_event_counts_match_world() -> None:
         st.interrupted_requests + st.bounced_routes
     )
     assert run.log.events_by_kind[E.GpusGone.__name__] == 1
+
+
+def test_turn_record_counts_recomputed_prefill_once() -> None:
+    """Prefill work beyond the context (recompute after preemption) still gives a valid record."""
+    from pearl.sim.telemetry_out import TurnTiming, turn_record
+
+    t = TurnTiming(
+        t_queued_s=1.0,
+        prefill_worker="w0",
+        roles=("colocated",),
+        new_prefill_tokens=5000,
+        cached_prefix_tokens=800,
+        context_tokens=3000,
+        t_prefill_start_s=1.5,
+        t_prefill_end_s=2.0,
+        t_decode_start_s=2.0,
+    )
+    rec = turn_record(
+        t,
+        traj_id="s0-0",
+        turn=0,
+        step=0,
+        decode_tokens=10,
+        t_decode_end_s=3.0,
+        t_env_start_s=3.0,
+        t_env_end_s=4.0,
+    )
+    assert rec.new_prefill_tokens == 3000 and rec.cached_prefix_tokens == 0
+    assert rec.context_tokens == 3000
