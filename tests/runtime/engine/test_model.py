@@ -76,3 +76,30 @@ def test_tied_embeddings_share_weights() -> None:
     """With tie_word_embeddings the LM head is the embedding matrix."""
     model = Qwen3ForCausalLM(ModelConfig.tiny(tie_word_embeddings=True))
     assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def _cache_kwargs(output) -> dict:
+    """transformers 5.2x names the KV cache `cache`; older releases `past_key_values`."""
+    if "cache" in output.keys():
+        return {"cache": output["cache"]}
+    return {"past_key_values": output["past_key_values"]}
+
+
+def test_decode_steps_match_hf_incremental_decoding(monkeypatch) -> None:
+    """Step by step against HF's own KV-cached decoding (past_key_values), greedy."""
+    cfg = ModelConfig.tiny()
+    hf = hf_model(cfg, seed=2)
+    engine = engine_like(hf, cfg, block_size=4, num_kv_blocks=32)
+    seen = capture_logits(monkeypatch)
+    prompt = list(range(70, 81))
+    out = engine.generate([prompt], SamplingParams(temperature=0, max_new_tokens=6, seed=0))[0]
+    with torch.no_grad():
+        step = hf(torch.tensor([prompt]), use_cache=True)
+        ref_rows = [step.logits[0, -1]]
+        for token in out.output_token_ids[:-1]:
+            step = hf(torch.tensor([[token]]), use_cache=True, **_cache_kwargs(step))
+            ref_rows.append(step.logits[0, -1])
+    assert len(seen[0]) == len(ref_rows) == 6
+    for a, b in zip(seen[0], ref_rows, strict=True):
+        assert rel_err(a, b) < REL_TOL
+    assert [int(r.argmax()) for r in ref_rows] == list(out.output_token_ids)
