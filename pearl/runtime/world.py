@@ -118,6 +118,8 @@ class RayWorld:
             self.workers[c.worker_id] = handle
             await asyncio.wait_for(_aget(handle.ready.remote()), INIT_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - any start failure cancels the group
+            if c.worker_id not in self.workers:
+                return  # stopped on purpose while starting (its group was cancelled)
             self.counters["init_failures"] += 1
             self._kill(c.worker_id)
             self.emit(
