@@ -290,7 +290,10 @@ class LLMEngine:
             self._maybe_finish(seq, seq.token_ids[-1])
             if seq.status is SeqStatus.FINISHED:
                 return RequestOutput.of(seq, [], [])
-        self.scheduler.add(seq)
+        if seq.block_table:  # holds KV: runs (or is preempted) like any running sequence
+            self.scheduler.add_running(seq)
+        else:
+            self.scheduler.add(seq)
         return None
 
     # -- weights and device state --------------------------------------------------------

@@ -50,6 +50,13 @@ class Scheduler:
         seq.status = SeqStatus.WAITING
         self.waiting.append(seq)
 
+    def add_running(self, seq: Sequence) -> None:
+        """Add a sequence that already holds KV blocks (an import). It joins the running
+        set, possibly above max_num_seqs for a while, so that under KV pressure it can be
+        preempted like the others instead of holding blocks in the waiting queue."""
+        seq.status = SeqStatus.RUNNING
+        self.running.append(seq)
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 

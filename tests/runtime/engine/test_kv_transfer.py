@@ -124,3 +124,22 @@ def test_moe_model_disaggregated_equals_colocated() -> None:
     _drain(prefill)
     decode.import_kv("m", prefill.export_kv("m"), greedy)
     assert run_to_end(decode)["m"] == expected
+
+
+def test_imports_beyond_kv_capacity_all_finish(tiny_cfg, tiny_engine_weights) -> None:
+    """Imported requests that together outgrow the decode engine's KV are preempted and
+    recomputed, never deadlocked, and still produce the colocated tokens."""
+    greedy = SamplingParams(temperature=0, max_new_tokens=14)
+    prompts = [list(range(10 * i, 10 * i + 11)) for i in range(3)]
+    colocated = make_engine(tiny_cfg, tiny_engine_weights)
+    expected = [o.output_token_ids for o in colocated.generate(prompts, greedy)]
+    prefill = make_engine(tiny_cfg, tiny_engine_weights)
+    for i, p in enumerate(prompts):
+        prefill.add_request(f"r{i}", p, greedy, prefill_only=True)
+    _drain(prefill)
+    decode = LLMEngine(tiny_cfg, block_size=4, num_kv_blocks=12, max_num_seqs=2)
+    decode.load_weights(tiny_engine_weights, version=7)
+    for i in range(3):
+        assert decode.import_kv(f"r{i}", prefill.export_kv(f"r{i}"), greedy) is None
+    done = run_to_end(decode)
+    assert [done[f"r{i}"] for i in range(3)] == expected
