@@ -155,14 +155,17 @@ def summarise(world: Any, log: Any, duration_s: float) -> dict[str, Any]:
     reconf: Counter[str] = Counter({k: 0 for k in _RECONF_KEYS})
     for t, c in log.command_log:
         kind = type(c).__name__
-        if kind == "InitWorker" and t > 0.0:  # workers made at time 0 are the initial pool
+        if kind == "InitWorker":
             on_training = any(g in world.trainer.gpu_ids for g in c.gpu_ids)
-            reconf["borrow" if on_training else "expand"] += 1
+            if on_training:
+                reconf["borrow"] += 1
+            elif t > 0.0:  # rollout workers made at time 0 are the initial pool
+                reconf["expand"] += 1
         elif kind == "ReleaseGpus" and c.to == "training":
             reconf["return"] += 1
         elif kind == "ChangeRole":
             reconf["role_change"] += 1
-    reconf["reclaim"] = log.events_by_kind.get("ReclaimNotice", 0)
+    reconf["reclaim"] = st.reclaims
     reconf["init_failed"] = st.init_failures
     makespans = st.makespans_s
     gpu_s = dict(st.worker_gpu_s_by_zone)

@@ -86,6 +86,7 @@ class WorldStats:
     prefill_tokens: int = 0
     cached_prefix_tokens: int = 0
     interrupted_requests: int = 0
+    reclaims: int = 0  # reclaim events that hit GPUs the policy had workers on
     bounced_routes: int = 0  # routes to a worker that was gone or not ready: handed back
     init_failures: int = 0
     makespans_s: list[float] = field(default_factory=list)
@@ -120,6 +121,7 @@ class World:
         self.finished_turns: list = []
         self.step_end_times_s: list[float] = []
         self.traj_done_times_s: list[float] = []
+        self._reclaimed: set[str] = set()
         self.finished_worker_steps: list = []
         n_dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
         self.dedicated = tuple(Gpu(f"r{i}", Zone.DEDICATED) for i in range(n_dedicated))
@@ -168,19 +170,29 @@ class World:
         def run() -> None:
             now = self.core.now_s
             if a.kind == "offer":
+                self._reclaimed -= set(a.gpu_ids)
                 gpus = tuple(Gpu(g, Zone.PREEMPTIBLE, node=f"spot-{g}") for g in a.gpu_ids)
                 for g in gpus:
                     self._add_gpu(g)
                 self.emit(E.GpusOffered(now, gpus, a.expected_window_s))
             elif a.kind == "notice":
                 assert a.deadline_s is not None
+                self._count_reclaim(a.gpu_ids)
                 self.emit(E.ReclaimNotice(now, a.gpu_ids, a.deadline_s))
             else:
+                self._count_reclaim(a.gpu_ids)
                 # The controller hears of the loss first, then of each request it cut short.
                 self.emit(E.GpusGone(now, a.gpu_ids))
                 self._gpus_gone(a.gpu_ids)
 
         return run
+
+    def _count_reclaim(self, gpu_ids: tuple[str, ...]) -> None:
+        """A reclaim counts once, and only if the policy has workers on those GPUs."""
+        ids = set(gpu_ids) - self._reclaimed
+        if ids and any(ids & set(w.gpu_ids) for w in self.workers.values()):
+            self.stats.reclaims += 1
+        self._reclaimed |= set(gpu_ids)
 
     def _on_training_idle(self, ids: tuple[str, ...], idle_until_s: float) -> None:
         if self.borrowing:
