@@ -41,6 +41,7 @@ __all__ = [
     "encode_tensors",
     "get_transport",
     "payload_num_bytes",
+    "register_transport",
 ]
 
 
@@ -225,6 +226,19 @@ _TRANSPORTS: dict[str, type] = {
     ObjectStoreTransport.name: ObjectStoreTransport,
     InProcessTransport.name: InProcessTransport,
 }
+
+
+def register_transport(cls: type) -> type:
+    """Make a transport class (with a `name` attribute) available to `get_transport`, e.g.
+    a device-to-device one (NCCL, NIXL) on GPU clusters. Usable as a class decorator."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError("a transport class needs a non-empty string attribute 'name'")
+    for method in ("send", "receive", "release"):
+        if not callable(getattr(cls, method, None)):
+            raise ValueError(f"transport '{name}' lacks a '{method}' method")
+    _TRANSPORTS[name] = cls
+    return cls
 
 
 def get_transport(name: str) -> Transport:

@@ -22,6 +22,7 @@ from pearl.runtime.kv_transfer import (
     encode_tensors,
     get_transport,
     payload_num_bytes,
+    register_transport,
 )
 
 
@@ -104,3 +105,31 @@ def test_object_store_handle_is_small_and_picklable() -> None:
     h = KVHandle("object_store", "t0#1", ("ref-stand-in",), 1 << 30, 4096)
     assert pickle.loads(pickle.dumps(h)) == h
     assert len(pickle.dumps(h)) < 400
+
+
+def test_register_transport_adds_a_named_transport() -> None:
+    """A new transport (e.g. NCCL on GPU clusters) plugs in by name; malformed ones are refused."""
+
+    @register_transport
+    class Loopback(InProcessTransport):
+        name = "test_loopback"
+
+    tr = get_transport("test_loopback")
+    assert isinstance(tr, Loopback)
+    assert tr.receive(tr.send({"x": 1}, request_id="r")) == {"x": 1}
+
+    class Nameless:
+        name = ""
+
+    class NoRelease:
+        name = "no_release"
+
+        def send(self, payload):
+            return payload
+
+        def receive(self, handle):
+            return handle
+
+    for bad in (Nameless, NoRelease):
+        with pytest.raises(ValueError):
+            register_transport(bad)
