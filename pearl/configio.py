@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pearl.errors import InputError
+from pearl.errors import InputError, read_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -30,12 +30,7 @@ def model_from_dict(cls: type[M], doc: Any, source: str) -> M:
 def load_yaml_model(cls: type[M], path: Path | str) -> M:
     """Read a YAML file into `cls` (missing fields take their defaults)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise InputError(str(p), "file not found") from None
-    except OSError as err:
-        raise InputError(str(p), f"cannot read: {err.strerror}") from None
+    text = read_text(p)
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as err:

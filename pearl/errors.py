@@ -32,3 +32,31 @@ class InputError(ValueError):
         where = self.source if self.location is None else f"{self.source}:{self.location}"
         what = f"field '{self.field}': " if self.field else ""
         return f"{where}: {what}{self.message}"
+
+
+def read_text(path: object) -> str:
+    """A file's text; a missing or unreadable file is an `InputError` naming it."""
+    from pathlib import Path
+
+    p = Path(str(path))
+    try:
+        return p.read_text()
+    except FileNotFoundError:
+        raise InputError(str(p), "file not found") from None
+    except IsADirectoryError:
+        raise InputError(str(p), "is a directory, expected a file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(str(p), f"cannot read: {getattr(err, 'strerror', None) or err}") from None
+
+
+def read_json(path: object) -> object:
+    """A JSON file's document; a syntax error is an `InputError` naming file and line."""
+    import json
+
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(
+            str(path), f"not valid JSON: {err.msg}", location=f"line {err.lineno}"
+        ) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -11,23 +10,12 @@ from rich.table import Table
 from pearl.cli.common import console, guarded, print_json
 from pearl.control.plan import PDConfig, PlanError, apply, config_of, plan_transition
 from pearl.control.state import ClusterState, StateError, Zone
-from pearl.errors import InputError
+from pearl.errors import InputError, read_json
 
 
 def load_state(path: Path) -> ClusterState:
     """Read and validate a cluster-state JSON file; errors name the file, JSON path and field."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found") from None
-    except OSError as err:
-        raise InputError(str(path), f"cannot read: {err.strerror}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(
-            str(path), f"not valid JSON: {err.msg}", location=f"line {err.lineno}"
-        ) from None
+    doc = read_json(path)
     try:
         return ClusterState.from_json(doc)
     except StateError as err:

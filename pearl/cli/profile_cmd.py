@@ -13,7 +13,7 @@ from pearl.cli.common import console, guarded, print_json
 from pearl.control.profile import HardwarePrior, ProfileError, WorkloadProfile
 from pearl.control.telemetry import TelemetryError, read_jsonl
 from pearl.control.tracker import RuntimeTracker
-from pearl.errors import InputError
+from pearl.errors import InputError, read_json
 from pearl.specs import get_gpu, get_model
 
 profile_app = typer.Typer(
@@ -28,18 +28,7 @@ def hardware_prior(model: str, gpu: str, gpus_per_worker: int) -> HardwarePrior:
 
 def load_profile(path: Path) -> WorkloadProfile:
     """Read and validate a profile JSON file; errors name the file and the field."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found") from None
-    except OSError as err:
-        raise InputError(str(path), f"cannot read: {err.strerror}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(
-            str(path), f"not valid JSON: {err.msg}", location=f"line {err.lineno}"
-        ) from None
+    doc = read_json(path)
     try:
         return WorkloadProfile.from_json(doc, str(path))
     except ProfileError as err:
