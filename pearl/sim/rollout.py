@@ -131,7 +131,9 @@ def on_completion(world: World, w: SimWorker, c: Completion) -> None:
     if c.t_prefill_start_s is not None and t.t_prefill_start_s is None:
         t.t_prefill_start_s = c.t_prefill_start_s
         t.cached_prefix_tokens = c.cached_prefix_tokens
-    if c.t_prefill_end_s is not None:
+    if c.t_prefill_end_s is not None and t.t_kv_start_s is None:
+        # A decode worker that recomputes after a preemption does not move the turn's
+        # prefill (its KV was already transferred); only the prefill worker's end counts.
         t.t_prefill_end_s = c.t_prefill_end_s
     world.stats.prefill_tokens += c.new_prefill_tokens
     world.stats.cached_prefix_tokens += c.cached_prefix_tokens

@@ -58,8 +58,12 @@ def turn_record(
     p_start = max(p_start, timing.t_queued_s)
     p_end = timing.t_prefill_end_s if timing.t_prefill_end_s is not None else p_start
     p_end = max(p_end, p_start)
+    kv_start, kv_end = timing.t_kv_start_s, timing.t_kv_end_s
+    if kv_start is not None and kv_end is not None:  # retries can leave stale pairs: order them
+        kv_start = max(kv_start, p_end)
+        kv_end = max(kv_end, kv_start)
     d_start = timing.t_decode_start_s if timing.t_decode_start_s is not None else p_end
-    d_start = max(d_start, p_end, timing.t_kv_end_s or p_end)
+    d_start = max(d_start, p_end, kv_end or p_end)
     # Recomputation (preemption under KV pressure, or a retry after an interrupt) can make
     # the prefill work exceed the context; the schema counts the context once.
     context = max(timing.context_tokens, 1)
@@ -80,8 +84,8 @@ def turn_record(
         t_queued_s=timing.t_queued_s,
         t_prefill_start_s=p_start,
         t_prefill_end_s=p_end,
-        t_kv_start_s=timing.t_kv_start_s,
-        t_kv_end_s=timing.t_kv_end_s,
+        t_kv_start_s=kv_start,
+        t_kv_end_s=kv_end,
         t_decode_start_s=d_start,
         t_decode_end_s=max(t_decode_end_s, d_start),
         t_env_start_s=t_env_start_s,
