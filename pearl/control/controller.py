@@ -111,7 +111,11 @@ class Controller(ToggleMixin):
     def handle(self, event: Any) -> list[cmd.Command]:
         """Apply `event`; return the commands the world must execute, in order."""
         self._out = []
-        self.now_s = max(self.now_s, float(event.time_s))
+        time_s = getattr(event, "time_s", None)
+        if not isinstance(time_s, (int, float)) or time_s != time_s:  # missing or NaN
+            self._ignore(f"not an event (no time): {type(event).__name__}")
+            return []
+        self.now_s = max(self.now_s, float(time_s))
         if not self._started:
             self._started = True
             self._replan("initial", urgent=False)

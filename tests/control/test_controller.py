@@ -193,6 +193,7 @@ def test_nonsense_events_are_logged_and_ignored():
     assert len(ctl.ignored) == len(nonsense) - 1
     assert ctl.handle(type("Odd", (), {"time_s": 3.0})()) == []
     assert "unknown event type" in ctl.ignored[-1]
+    assert ctl.handle(nonsense[-1]) == [] and "not an event" in ctl.ignored[-1]
 
 
 def test_late_duplicates_are_told_from_news_by_time():
