@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pearl.sim.config import SimConfig
 from pearl.sim.experiments.common import BarPlot, ExperimentResult
-from pearl.sim.runner import Progress, run_simulation
+from pearl.sim.runner import Progress, default_jobs, run_simulation
 
 MODELS = ("qwen3-8b", "qwen3-30b-a3b")
 TRACES = ("seg1", "seg2", "seg3")
@@ -29,7 +29,7 @@ def run(
             c = cfg.with_updates(
                 **{"cluster.model": model, "trace.trace": trace, "policies": list(policies)}
             )
-            res = run_simulation(c, progress=progress, with_bound=with_bound)
+            res = run_simulation(c, progress=progress, with_bound=with_bound, jobs=default_jobs())
             groups.append(f"{model} {trace}")
             for r in res.runs:
                 s = r.summary

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pearl.sim.config import SimConfig
 from pearl.sim.experiments.common import BarPlot, ExperimentResult
-from pearl.sim.runner import Progress, run_simulation
+from pearl.sim.runner import Progress, default_jobs, run_simulation
 
 BATCHES = (32, 64, 128)
 MAX_LENS = (16384, 32768, 65536)
@@ -27,7 +27,7 @@ def run(
     values: dict[str, list[float]] = {p: [] for p in policies}
     for knob, value, upd in settings:
         c = cfg.with_updates(**upd, **{"policies": list(policies), "trace.duration_s": duration_s})
-        res = run_simulation(c, progress=progress, with_bound=False)
+        res = run_simulation(c, progress=progress, with_bound=False, jobs=default_jobs())
         groups.append(f"{knob} {value}")
         for r in res.runs:
             s = r.summary
