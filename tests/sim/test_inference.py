@@ -50,14 +50,20 @@ def toy(tp: int = 1, params: HardwareParams = IDEAL) -> WorkerHardware:
 
 
 def run(worker, submissions):
-    """Drive one worker like the event loop does; returns completions in time order."""
+    """Drive one worker like the event loop does; returns completions in time order.
+
+    Checks that no completion comes late: none ends before the wake-up time the worker
+    asked for (`next_change_time_s` never overshoots a completion)."""
     pending = deque(sorted(submissions, key=lambda x: x[0]))
     out = []
     while True:
-        t_next = min(pending[0][0] if pending else float("inf"), worker.next_change_time_s())
+        wake = worker.next_change_time_s()
+        t_next = min(pending[0][0] if pending else float("inf"), wake)
         if t_next == float("inf"):
             return out
-        out += worker.advance(t_next)
+        done = worker.advance(t_next)
+        assert all(c.t_end_s >= wake for c in done), "a completion was reported late"
+        out += done
         while pending and pending[0][0] <= t_next:
             worker.submit(pending.popleft()[1], t_next)
 
