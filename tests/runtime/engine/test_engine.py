@@ -137,3 +137,17 @@ def test_request_larger_than_the_kv_cache_is_refused(tiny_cfg) -> None:
     assert err.value.reason == "kv_capacity"
     e.add_request("fits", list(range(20)), SamplingParams(max_new_tokens=12))
     assert e.generate([[1]], GREEDY)[0].finished
+
+
+def test_bfloat16_engine_runs_and_exports(tiny_cfg, tiny_engine_weights) -> None:
+    """bfloat16 (the dtype of real checkpoints on GPUs) runs; its KV exports in bfloat16."""
+    e = LLMEngine(tiny_cfg, block_size=4, num_kv_blocks=32, dtype=torch.bfloat16)
+    e.load_weights(tiny_engine_weights, version=1)
+    assert e.state_dict()["lm_head.weight"].dtype == torch.bfloat16
+    e.add_request("b", [1, 2, 3, 4, 5], GREEDY, prefill_only=True)
+    while e.has_unfinished():
+        e.step()
+    payload = e.export_kv("b")
+    assert payload.k.dtype == torch.bfloat16 and payload.k.shape == (2, 5, 2, 16)
+    out = e.generate([[1, 2, 3, 4, 5]], GREEDY)[0]
+    assert len(out.output_token_ids) == 6 and all(lp <= 0 for lp in out.output_logprobs)
