@@ -120,6 +120,7 @@ class Controller(ToggleMixin):
             self._started = True
             self._replan("initial", urgent=False)
             self._start_batches()
+        self._expire_groups()
         handler = _HANDLERS.get(type(event))
         if handler is None:
             self._ignore(f"unknown event type {type(event).__name__}")
@@ -261,6 +262,16 @@ class Controller(ToggleMixin):
         self._adapt()
         self._maybe_expand()
         self._maybe_borrow()
+
+    def _expire_groups(self) -> None:
+        """Cancel groups that never finished starting (a worker that never reports back)."""
+        limit = self.policy.group_timeout_s
+        if limit is None:
+            return
+        for g in [g for g in self.groups.values() if self.now_s - g.started_s > limit]:
+            late = [w for w in g.worker_ids if w not in g.synced]
+            self._give_back(self._cancel_group(g, f"not ready after {limit:.0f}s: {late}"))
+        self._retry_if_stuck()
 
     def _retry_if_stuck(self) -> None:
         """Nothing serves any more (e.g. the initial group failed): re-plan at once."""

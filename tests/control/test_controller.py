@@ -217,3 +217,14 @@ def test_late_duplicates_are_told_from_news_by_time():
     (r,) = of(ctl.handle(ready), C.Route)
     ctl.handle(E.TurnFinished(11.0, tid, r.decode_worker_id or r.prefill_worker_id))
     assert ctl.handle(ready) == [] and ctl.book.get(tid).state.value == "env"
+
+
+def test_group_that_never_finishes_starting_is_cancelled_on_a_later_event():
+    """A worker that never reports back cannot block expansions forever."""
+    ctl = booted(Policy("t", borrow="never", group_timeout_s=100.0), 1)
+    out = ctl.handle(E.GpusOffered(2.0, (Gpu("p0", Zone.PREEMPTIBLE),), None))
+    (init,) = of(out, C.InitWorker)
+    assert of(ctl.handle(E.TrajectoryReady(50.0, "s0-g0-0")), C.Route)
+    out = ctl.handle(E.TrajectoryReady(103.0, "s0-g0-1"))
+    assert C.StopWorker(init.worker_id) in out and not ctl.groups
+    assert "p0" in ctl.offered and any("not ready after" in d for d in ctl.decisions)

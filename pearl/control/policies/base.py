@@ -84,6 +84,9 @@ class Policy:
     * `max_staleness`: versions a trajectory's weights may lag the weights it trains.
     * `max_batches_in_flight`: rollout batches in the book at once (current and next).
     * `max_inflight_per_worker`: cap on requests routed to one worker (None: no cap).
+    * `initial_borrow_budget_turns`: the first budget of a `budgeted` borrow.
+    * `group_timeout_s`: a group not admitted this long after it started is cancelled like
+      a failed one (checked on every event; None: wait forever).
     """
 
     name: str
@@ -98,6 +101,7 @@ class Policy:
     max_batches_in_flight: int = 2
     max_inflight_per_worker: int | None = None
     initial_borrow_budget_turns: int = 64
+    group_timeout_s: float | None = 900.0
 
     def make_advisor(self, **kwargs: Any) -> Advisor:
         """The advisor for this policy. Subclasses pick the decision engine or heuristics."""
