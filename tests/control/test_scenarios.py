@@ -171,3 +171,29 @@ def test_role_change_while_requests_are_in_flight():
     (r,) = of(ctl.handle(E.TrajectoryReady(8.0, tid)), C.Route)
     assert ctl.state.worker(r.prefill_worker_id).role == Role.PREFILL
     assert ctl.state.worker(r.decode_worker_id or "").role == Role.DECODE
+
+
+class DisaggOnGrowth(HeuristicAdvisor):
+    """A test advisor that splits 1:(n-1) once there are more than two workers."""
+
+    def choose(self, num_workers: int, current: PDConfig | None) -> PDConfig:
+        if num_workers > 2:
+            return PDConfig.disaggregated(1, num_workers - 1)
+        return PDConfig.colocated(num_workers)
+
+
+def test_expansion_that_changes_the_split_switches_roles_only_at_admission():
+    """Growing from colocated:2 to disaggregated:1:3: the existing workers keep serving
+    colocated while the new ones start; the role change comes with the group's admission."""
+    policy = Policy("test", borrow="never")
+    ctl = boot(policy, 2, advisor=DisaggOnGrowth(policy))
+    out = ctl.handle(E.GpusOffered(5.0, preemptible("p0", "p1"), None))
+    assert not of(out, C.ChangeRole) and len(of(out, C.InitWorker)) == 2
+    assert {w.role for w in ctl.state.routable()} == {Role.COLOCATED}
+    routes = of(make_ready(ctl, 0, 6.0), C.Route)
+    assert routes and all(r.decode_worker_id is None for r in routes)
+    admitted = bring_up(ctl, out, 70.0)
+    cut = admitted.index(of(admitted, C.AdmitGroup)[0])
+    assert isinstance(admitted[cut - 1], C.ChangeRole)  # in the same step, just before
+    assert not of(admitted[cut + 1 :], C.ChangeRole)
+    assert ctl.state.role_counts() == {Role.COLOCATED: 0, Role.PREFILL: 1, Role.DECODE: 3}
