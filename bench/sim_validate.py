@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             "disaggregated, 4 GPUs); each grid point is simulated for 2 rollout steps with one "
             "batch in flight and compared with `pearl.control.makespan.predict`.",
             "",
-            *sections,
+            "\n\n".join(sections),
         ]
     )
     write_section("sim_validate", body)
