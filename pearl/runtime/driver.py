@@ -107,8 +107,14 @@ class Driver:
         from pearl.runtime.rundir import RunRecorder
 
         cfg = self.cfg
-        self.recorder = RunRecorder(self.out_dir, dump_run_config(cfg), resume=self.resume)
+        # bad input is refused before anything is started or written
+        self.all_trace_actions = self._trace_actions()
+        if cfg.model.checkpoint_dir is not None:
+            from pearl.runtime.engine import ModelConfig
+
+            ModelConfig.from_json_file(Path(cfg.model.checkpoint_dir) / "config.json")
         ckpt = self._load_checkpoint() if self.resume else None
+        self.recorder = RunRecorder(self.out_dir, dump_run_config(cfg), resume=self.resume)
         self._start_ray()
         try:
             return await self._run(ckpt)
@@ -204,7 +210,7 @@ class Driver:
             training_gpus=self.training_gpus,
             initial_version=self.version,
         )
-        self.player = self._trace_actions()
+        self.player = [a for a in self.all_trace_actions if a.at_s >= self.time_offset_s]
         pump = asyncio.get_running_loop().create_task(self.world.pump_env())
         self.t0 = time.monotonic()  # the run's clock starts when the cluster is up
         self._last_state = self.controller.state
@@ -252,8 +258,8 @@ class Driver:
         from pearl.traces import load_trace
 
         t = self.cfg.trace
-        if t.source is None or self.cluster is None:
-            return []
+        if t.source is None or self.cfg.cluster.address is not None:
+            return []  # on a real cluster, nodes come and go by themselves
         source = t.source
         if (
             self.config_dir is not None
@@ -262,8 +268,7 @@ class Driver:
         ):
             source = str(self.config_dir / source)
         trace = load_trace(source, scale_ratio=t.scale, window_s=t.window, cap=t.cap)
-        actions = schedule(trace, time_scale=t.time_scale, notice_s=t.reclaim_notice_s)
-        return [a for a in actions if a.at_s >= self.time_offset_s]
+        return schedule(trace, time_scale=t.time_scale, notice_s=t.reclaim_notice_s)
 
     # -- the loop ---------------------------------------------------------------------------
     async def _loop(self) -> None:
