@@ -202,15 +202,6 @@ class RayWorld:
             return
         rc = self.cfg.rollout
         prompt = traj.prompt()
-        budget = min(rc.max_new_tokens - len(traj.partial_ids), rc.max_context_tokens - len(prompt))
-        if budget < 1:  # the length limit ends the trajectory (a turn cut by it is kept)
-            if traj.partial_ids:
-                traj.finish_turn((), (), traj.partial_versions[-1] if traj.partial_versions else 0)
-            traj.truncated = True
-            self.env.close_session(c.traj_id)
-            self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
-            self._traj_done(traj)
-            return
         if c.full_prefill and traj.num_interrupts:
             traj.num_resumes += 1
             self.counters["resumes"] += 1
@@ -222,6 +213,21 @@ class RayWorld:
                     "context_tokens": len(prompt),
                 },
             )
+        if traj.partial_ids and len(traj.partial_ids) >= rc.max_new_tokens:
+            # interrupted after its last token: the turn is complete, its env step follows
+            turn_ids = traj.finish_turn((), (), traj.partial_versions[-1])
+            self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
+            self.env.submit_step(c.traj_id, self.tok.decode([t for t in turn_ids if t < 256]))
+            return
+        budget = min(rc.max_new_tokens - len(traj.partial_ids), rc.max_context_tokens - len(prompt))
+        if budget < 1:  # the length limit ends the trajectory (a turn cut by it is kept)
+            if traj.partial_ids:
+                traj.finish_turn((), (), traj.partial_versions[-1] if traj.partial_versions else 0)
+            traj.truncated = True
+            self.env.close_session(c.traj_id)
+            self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
+            self._traj_done(traj)
+            return
         seed = self.rng.randrange(1 << 30)
         req = TurnRequest(
             c.traj_id,

@@ -24,9 +24,9 @@ TRACE = {
     "source": "test",
     "changes": [
         {"time_s": 0.0, "num_gpus": 0},
-        {"time_s": 2.0, "num_gpus": 2},
-        {"time_s": 22.0, "num_gpus": 1},
-        {"time_s": 40.0, "num_gpus": 0},
+        {"time_s": 1.0, "num_gpus": 2},
+        {"time_s": 8.0, "num_gpus": 1},
+        {"time_s": 20.0, "num_gpus": 0},
     ],
 }
 
@@ -51,7 +51,7 @@ def run_dir(tmp_path_factory):
                 "max_context_tokens": 96,
                 "max_staleness": 1,
             },
-            "trainer": {"num_steps": 3, "lr": 0.01},
+            "trainer": {"num_steps": 4, "lr": 0.01},
             "cluster": {"num_dedicated": 1, "num_training": 1, "worker_init_failure_rate": 0.25},
             "trace": {"source": str(d / "trace.json"), "cap": 2},
         }
@@ -63,7 +63,7 @@ def run_dir(tmp_path_factory):
 def test_every_batch_has_exactly_b_distinct_trajectories(run_dir):
     out, summary = run_dir
     steps = {r["step"]: r for r in _lines(out / "steps.jsonl")}
-    assert sorted(steps) == [0, 1, 2] and summary["steps"] == 3
+    assert sorted(steps) == [0, 1, 2, 3] and summary["steps"] == 4
     for step, row in steps.items():
         ids = row["trajectory_ids"]
         assert len(ids) == 8 and len(set(ids)) == 8
@@ -85,13 +85,9 @@ def test_interruptions_are_resumed_and_recorded(run_dir):
     events = _lines(out / "events.jsonl")
     interrupted = {e["traj_id"] for e in events if e["kind"] == "interrupt"}
     resumed = {e["traj_id"] for e in events if e["kind"] == "resume"}
-    assert interrupted <= resumed | _finished_without_resume(out, interrupted)
+    assert interrupted <= resumed
+    # the trace reclaims a node 8 s into the run (the run lasts longer than that)
     assert any(e["kind"] == "preemption" for e in events)
-
-
-def _finished_without_resume(out: Path, interrupted: set[str]) -> set[str]:
-    # a trajectory interrupted when its length limit was reached ends without a resume
-    return set()
 
 
 def test_report_is_written(run_dir):
