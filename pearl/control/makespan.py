@@ -9,12 +9,15 @@ the fitted per-worker costs (`PerfParams`). The tail was observed in batches of 
 profile's size B_obs; for a batch of B its excess over the mean trajectory is scaled by
 `sqrt(ln B / ln B_obs)` (the longest of B draws grows like `sqrt(2 ln B)`).
 
-* prefill of a turn `t_pf = a + (b_p + c_attn*K) * (n_p + n_c*(1-h))`, where `n_c` tokens
-  per turn came from the prefix cache in the telemetry and `h = min(1, W*H_max / (B*K_seq))`
-  is the share of the batch's working set that the prefix caches of the W workers that
-  prefill (all N colocated, the p prefill workers) can hold: a cache too small for the
-  batch's contexts evicts them, and evicted prefixes are prefilled again (paper-notes
-  §6.1); KV of a turn `t_kv = lat + K*kv_bytes*s`;
+* prefill of a turn `t_pf = a + (b_p + c_attn*K) * (n_p + n_c*(1-h))`, where `n_p` tokens
+  per turn are new to the trajectory and `n_c` is the reusable prefix (the rest of the
+  context), and `h = 1 - exp(-c_mode * r^2)` is the share of it the prefix caches serve,
+  with `r = W*H_max / (B*K_seq)` the room of the caches of the W workers that prefill (all
+  N colocated, the p prefill workers) over the batch's working set: a cache too small for
+  the batch's contexts evicts them (LRU over a larger working set mostly misses), and
+  evicted prefixes are prefilled again (paper-notes §6.1). `c_mode` (colocated and
+  disaggregated apart) is fitted by the tracker from observed hit shares; KV of a turn
+  `t_kv = lat + K*kv_bytes*s`;
 * decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, H_max/K_dec)`:
   trajectories waiting on the environment do not decode, trajectories that finished early
   (they run T of the tail's T_tail turns) no longer do, and KV memory caps the batch;
@@ -111,6 +114,8 @@ class _Workload:
     step_c: float
     prefill_b: float
     prefill_c: float
+    hit_coeff_colocated: float
+    hit_coeff_disaggregated: float
 
 
 def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) -> _Workload:
@@ -164,6 +169,8 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         step_c=perf.decode_s_per_ctx_token,
         prefill_b=perf.prefill_s_per_token,
         prefill_c=perf.prefill_s_per_token_ctx,
+        hit_coeff_colocated=profile.cache_hit_coeff_colocated,
+        hit_coeff_disaggregated=profile.cache_hit_coeff_disaggregated,
     )
 
 
@@ -179,11 +186,17 @@ def _interrupted_path(
     return (s + np.sqrt(np.maximum(s * s - 4.0 * np.multiply(a, p), 0.0))) / 2.0
 
 
-def _prefill(w: _Workload, cache_workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _prefill(
+    w: _Workload, cache_workers: np.ndarray, hit_coeff: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-turn prefill time, the tail's total prefill time and the prefix-cache hit share
     when `cache_workers` workers keep the prefix caches (see module docstring)."""
     room = cache_workers * w.h_max
-    hit = np.minimum(1.0, room / w.working_set) if w.working_set > 0 else np.ones_like(room)
+    if w.working_set > 0:
+        r = room / w.working_set
+        hit = 1.0 - np.exp(-hit_coeff * r * r)
+    else:
+        hit = np.ones_like(room)
     per_token = w.prefill_b + w.prefill_c * w.ctx
     t_pf = w.step_a + per_token * (w.n_new + w.n_cached * (1.0 - hit))
     tail = w.tail_turns * w.step_a + per_token * (
@@ -204,7 +217,7 @@ def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
 def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
     """Colocated makespan for worker counts `n` (paper §4.3.1: PD serialised per GPU)."""
     n = np.asarray(n, dtype=float)
-    t_pf, own_prefill, hit = _prefill(w, n)
+    t_pf, own_prefill, hit = _prefill(w, n, w.hit_coeff_colocated)
     prefill = w.batch * w.turns * t_pf / n
     b, t_step, decode = _decode(w, n)
     tput = prefill + decode
@@ -230,7 +243,7 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
     """Disaggregated makespan for prefill counts `p` and decode counts `d` (same shape)."""
     p = np.asarray(p, dtype=float)
     d = np.asarray(d, dtype=float)
-    t_pf, own_prefill, hit = _prefill(w, p)
+    t_pf, own_prefill, hit = _prefill(w, p, w.hit_coeff_disaggregated)
     prefill = w.batch * w.turns * t_pf / p
     kv_link = w.batch * w.turns * w.t_kv / p
     prefill_path = np.maximum(prefill, kv_link)

@@ -179,6 +179,10 @@ class WorkloadProfile:
     tokens, decode tokens and environment seconds): the critical path of a batch;
     `env_wait_fraction` is the share of a trajectory's lifetime spent waiting on its
     environment (it reduces decode concurrency, paper §4.3.1).
+    `new_prefill_tokens_per_turn` counts tokens new to the trajectory (context growth), and
+    `cached_prefix_tokens_per_turn` the reusable rest of the context, whether or not a
+    cache served it in the telemetry; `cache_hit_coeff_*` (c in `h = 1 - exp(-c*r^2)`, see
+    `pearl.control.makespan`) say how much of it prefix caches served per mode.
     """
 
     hardware: HardwarePrior
@@ -201,6 +205,8 @@ class WorkloadProfile:
     tail_decode_tokens: float = 15000.0
     tail_env_s: float = 250.0
     turn_overhead_s: float = 0.0
+    cache_hit_coeff_colocated: float = 1.0
+    cache_hit_coeff_disaggregated: float = 1.0
     num_steps: int = 0
     num_turns: int = 0
     step_fit: FitQuality = FitQuality()

@@ -65,13 +65,14 @@ class RuntimeTracker:
         """Fold one rollout step's telemetry into the profile and return the new profile."""
         old = self._profile
         a = self.alpha
-        stats = workload_stats(turns)
+        stats = workload_stats(turns, self.hardware)
         first = old.num_turns == 0  # no turn seen yet: the statistics are still the prior's
         upd: dict[str, float] = {}
         for name, value in stats.items():
             upd[name] = value if first else a * value + (1 - a) * getattr(old, name)
         base = old.perf.scaled(self._prior_perf.gpus_per_worker)
-        perf, step_q = self._fit_iterations(worker_steps)
+        ctx_obs = stats.get("context_tokens_mean", 0.0) if turns else 0.0
+        perf, step_q = self._fit_iterations(worker_steps, ctx_obs)
         kv, kv_q = self._fit_kv(turns)
         # A fit with samples is blended in (taken as is on the first step: it already
         # leans on the prior); a fit without samples leaves the old values alone.
@@ -94,7 +95,14 @@ class RuntimeTracker:
         return profile
 
     # -- fits ---------------------------------------------------------------------------
-    def _fit_iterations(self, steps: Sequence[WorkerStepRecord]) -> tuple[PerfParams, FitQuality]:
+    def _fit_iterations(
+        self, steps: Sequence[WorkerStepRecord], context_tokens: float = 0.0
+    ) -> tuple[PerfParams, FitQuality]:
+        """Fit the iteration cost. A prefill token's fitted cost already includes its
+        attention over the context the step's turns had (`context_tokens`, mean; iteration
+        records do not separate the two): it is split between `prefill_s_per_token` and
+        `prefill_s_per_token_ctx` in the prior's proportions, so that
+        `b_p + c_attn * context_tokens` equals the fitted cost (no double counting)."""
         prior = self._prior_perf
         stride = max(1, len(steps) // _MAX_ROWS)
         rows = steps[::stride]
@@ -110,17 +118,45 @@ class RuntimeTracker:
                 prior.decode_s_per_ctx_token,
             ]
         )
-        theta, q = fit_with_prior(x, y, p0, self.prior_weight)
-        ratio = theta[1] / p0[1] if p0[1] > 0 else 1.0
+        decode_only = np.array([s.role == "decode" for s in rows], dtype=bool)
+        if decode_only.sum() >= 2 and (~decode_only).any():
+            theta, q = self._fit_staged(x, y, p0, decode_only)
+        else:
+            theta, q = fit_with_prior(x, y, p0, self.prior_weight)
+        per_token_prior = p0[1] + prior.prefill_s_per_token_ctx * context_tokens
+        ratio = theta[1] / per_token_prior if per_token_prior > 0 else 1.0
         perf = replace(
             prior,
             step_overhead_s=float(theta[0]),
-            prefill_s_per_token=float(theta[1]),
+            prefill_s_per_token=float(p0[1] * ratio),
             prefill_s_per_token_ctx=prior.prefill_s_per_token_ctx * float(ratio),
             decode_s_per_seq=float(theta[2]),
             decode_s_per_ctx_token=float(theta[3]),
         )
         return perf, q
+
+    def _fit_staged(
+        self, x: np.ndarray, y: np.ndarray, p0: np.ndarray, decode_only: np.ndarray
+    ) -> tuple[np.ndarray, FitQuality]:
+        """Disaggregated telemetry: decode-only iterations (memory-bound: weights, MoE
+        experts and KV read) fix the overhead and decode terms; the prefill cost per token
+        is what the other iterations take beyond them. A joint fit would charge the
+        decode iterations the overhead of compute-bound prefill chunks, in which the weight
+        read is hidden."""
+        cols = [0, 2, 3]
+        dec, dq = fit_with_prior(x[decode_only][:, cols], y[decode_only], p0[cols],
+                                 self.prior_weight)  # fmt: skip
+        theta = p0.copy()
+        theta[cols] = dec
+        rest = ~decode_only
+        beyond = y[rest] - x[rest][:, cols] @ dec
+        pf, pq = fit_with_prior(x[rest][:, 1:2], beyond, p0[1:2], self.prior_weight)
+        theta[1] = pf[0]
+        rel = (y - x @ theta) / y
+        rel_rms = float(np.sqrt(np.mean(rel * rel)))
+        n = len(y)
+        confidence = (n / (n + max(self.prior_weight, 0.0))) / (1.0 + rel_rms)
+        return theta, FitQuality(n, rel_rms, float(confidence))
 
     def _fit_kv(self, turns: Sequence[TurnRecord]) -> tuple[tuple[float, float], FitQuality]:
         prior = self._prior_perf
@@ -135,13 +171,24 @@ class RuntimeTracker:
         return (float(theta[0]), float(theta[1])), q
 
 
-def workload_stats(turns: Sequence[TurnRecord]) -> dict[str, float]:
-    """One step's workload statistics (empty dict when there are no turns)."""
+def workload_stats(
+    turns: Sequence[TurnRecord], hardware: HardwarePrior | None = None
+) -> dict[str, float]:
+    """One step's workload statistics (empty dict when there are no turns).
+
+    Prefill tokens are split by what a prefix cache could do about them: `own` tokens are
+    new to the trajectory (its context growth since its previous turn, capped by the
+    recorded new tokens; a turn whose previous turn is not in the step counts its recorded
+    new tokens) and are prefilled whatever the cache; the rest of the context is the
+    reusable prefix (`cached_prefix_tokens_per_turn`), which a cache may or may not serve.
+    With `hardware`, the step's cache behaviour is fitted too (`_cache_hit_coeff`).
+    """
     if not turns:
         return {}
     by_traj: dict[str, list[TurnRecord]] = {}
     for t in turns:
         by_traj.setdefault(t.traj_id, []).append(t)
+    own = {id(r): float(n) for rs in by_traj.values() for r, n in _own_tokens(rs)}
     finished = [rs for rs in by_traj.values() if any(r.env_s is None for r in rs)]
     counted = finished or list(by_traj.values())
     num_turns = np.array([max(r.turn for r in rs) + 1 for rs in counted], dtype=float)
@@ -160,8 +207,10 @@ def workload_stats(turns: Sequence[TurnRecord]) -> dict[str, float]:
         "turns_per_traj_mean": float(num_turns.mean()),
         "turns_per_traj_p90": float(np.percentile(num_turns, 90)),
         "turns_per_traj_max": float(num_turns.max()),
-        "new_prefill_tokens_per_turn": float(np.mean([t.new_prefill_tokens for t in turns])),
-        "cached_prefix_tokens_per_turn": float(np.mean([t.cached_prefix_tokens for t in turns])),
+        "new_prefill_tokens_per_turn": float(np.mean([own[id(t)] for t in turns])),
+        "cached_prefix_tokens_per_turn": float(
+            np.mean([t.context_tokens - own[id(t)] for t in turns])
+        ),
         "decode_tokens_per_turn": float(np.mean([t.decode_tokens for t in turns])),
         "context_tokens_mean": float(ctx.mean()),
         "context_tokens_p90": float(np.percentile(ctx, 90)),
@@ -171,16 +220,67 @@ def workload_stats(turns: Sequence[TurnRecord]) -> dict[str, float]:
     # The tail: the trajectory that finished last (ties: the smaller id, deterministic).
     tail = max(by_traj.items(), key=lambda kv: (max(r.t_end_s for r in kv[1]), _neg(kv[0])))[1]
     stats["tail_turns"] = float(max(r.turn for r in tail) - min(r.turn for r in tail) + 1)
-    stats["tail_new_prefill_tokens"] = float(sum(r.new_prefill_tokens for r in tail))
+    stats["tail_new_prefill_tokens"] = float(sum(own[id(r)] for r in tail))
     stats["tail_decode_tokens"] = float(sum(r.decode_tokens for r in tail))
     stats["tail_env_s"] = float(sum(r.env_s or 0.0 for r in tail))
     gaps = _orchestration_gaps(by_traj.values())
     if gaps:
         stats["turn_overhead_s"] = float(np.mean(gaps))
+    if hardware is not None:
+        coeff = _cache_hit_coeff(turns, own, stats, hardware)
+        if coeff is not None:
+            stats[coeff[0]] = coeff[1]
     if env.size:
         stats["env_s_per_turn_mean"] = float(env.mean())
         stats["env_s_per_turn_p90"] = float(np.percentile(env, 90))
     return stats
+
+
+def _own_tokens(rs: Sequence[TurnRecord]) -> list[tuple[TurnRecord, int]]:
+    """Each turn's tokens new to its trajectory (see `workload_stats`)."""
+    out: list[tuple[TurnRecord, int]] = []
+    prev: TurnRecord | None = None
+    for r in sorted(rs, key=lambda r: r.turn):
+        if prev is not None and prev.turn == r.turn - 1:
+            grown = r.context_tokens - prev.context_tokens - prev.decode_tokens
+            out.append((r, min(r.new_prefill_tokens, max(0, grown))))
+        else:
+            out.append((r, r.new_prefill_tokens))
+        prev = r
+    return out
+
+
+def _cache_hit_coeff(
+    turns: Sequence[TurnRecord],
+    own: dict[int, float],
+    stats: dict[str, float],
+    hardware: HardwarePrior,
+) -> tuple[str, float] | None:
+    """Fit the prefix-cache hit curve of the step's mode (paper-notes §6.1), or None.
+
+    The makespan model predicts the share of the reusable prefix that caches serve as
+    `h = 1 - exp(-c * r^2)`, where `r = W * H_max / (B * K_seq)` is the cache room of the W
+    workers that prefill (observed: distinct prefill workers) over the batch's working set
+    (LRU over a working set larger than the cache mostly misses, hence the steep start).
+    From the observed hit share `h` this gives `c = -ln(1 - h) / r^2`; steps whose caches
+    served (almost) everything, or nothing reusable, carry no information and give None.
+    """
+    reusable = sum(t.context_tokens - own[id(t)] for t in turns)
+    served = sum(min(t.cached_prefix_tokens, t.context_tokens - own[id(t)]) for t in turns)
+    h_max = hardware.kv_capacity_tokens(hardware.gpus_per_worker)
+    working_set = stats["batch_size"] * (
+        stats["context_tokens_mean"] + stats["decode_tokens_per_turn"]
+    )
+    if reusable <= 0 or h_max <= 0 or working_set <= 0:
+        return None
+    hit = served / reusable
+    num_workers = len({t.prefill_worker for t in turns})
+    r = num_workers * h_max / working_set
+    if not 0.0 < hit < 0.97:
+        return None
+    colocated = all(t.decode_worker is None or "prefill" not in t.roles for t in turns)
+    name = "cache_hit_coeff_colocated" if colocated else "cache_hit_coeff_disaggregated"
+    return name, float(np.clip(-np.log1p(-hit) / (r * r), 0.05, 20.0))
 
 
 def _orchestration_gaps(trajs: Iterable[Sequence[TurnRecord]]) -> list[float]:

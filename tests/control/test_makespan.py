@@ -99,24 +99,34 @@ def test_disaggregated_hand_computed():
 
 
 def test_small_prefix_cache_prefills_evicted_context_again():
-    """H_max = 4,400 tokens per worker, working set B*K_seq = 8*1,100: one worker keeps half
-    the prefixes, so half of the 1,000 cached tokens per turn are prefilled again."""
+    """H_max = 4,400 tokens per worker, working set B*K_seq = 8*1,100: room r = 0.5 on one
+    worker, 1.0 on two; the hit share of the reusable prefix is 1 - exp(-c*r^2) (c = 1, the
+    prior), and the missed part of the 1,000 reusable tokens per turn is prefilled again."""
     hw = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e9 + 4400.0, usable_memory_fraction=1.0)
     p = simple_profile(hardware=hw, cached_prefix_tokens_per_turn=1000, context_tokens_mean=2000,
                        context_tokens_p90=2000)  # fmt: skip
     one = predict(
         PDConfig.colocated(1), simple_profile(hardware=hw, cached_prefix_tokens_per_turn=1000), 8
     )
-    assert one.breakdown["prefix_hit_share"] == pytest.approx(0.5)
-    # t_pf = 0.01 + 1e-4 * (1000 + 1000 * 0.5) = 0.16 s; 8 trajectories * 10 turns
-    assert one.breakdown["prefill_s"] == pytest.approx(8 * 10 * 0.16)
+    assert one.breakdown["prefix_hit_share"] == pytest.approx(0.2212, abs=1e-4)
+    # t_pf = 0.01 + 1e-4 * (1000 + 1000 * 0.7788) = 0.18788 s; 8 trajectories * 10 turns
+    assert one.breakdown["prefill_s"] == pytest.approx(8 * 10 * 0.18788, rel=1e-4)
     two = predict(
         PDConfig.colocated(2), simple_profile(hardware=hw, cached_prefix_tokens_per_turn=1000), 8
     )
-    assert two.breakdown["prefix_hit_share"] == 1.0
-    assert two.breakdown["prefill_s"] == pytest.approx(8 * 10 * 0.11 / 2)
+    assert two.breakdown["prefix_hit_share"] == pytest.approx(0.6321, abs=1e-4)
+    assert two.breakdown["prefill_s"] == pytest.approx(8 * 10 * 0.14679 / 2, rel=1e-4)
+    # a steeper fitted curve (c = 4) serves more at the same room
+    steep = predict(
+        PDConfig.colocated(1),
+        simple_profile(hardware=hw, cached_prefix_tokens_per_turn=1000,
+                       cache_hit_coeff_colocated=4.0),
+        8,
+    )  # fmt: skip
+    assert steep.breakdown["prefix_hit_share"] == pytest.approx(0.6321, abs=1e-4)
     split = predict(PDConfig.disaggregated(1, 3), p, 8).breakdown
-    assert split["prefix_hit_share"] == pytest.approx(4400 / (8 * 2100))
+    r = 4400 / (8 * 2100)
+    assert split["prefix_hit_share"] == pytest.approx(1 - math.exp(-r * r))
 
 
 def test_early_finishers_shrink_decode_batch():

@@ -58,14 +58,17 @@ def test_workload_stats_hand_computed():
     s = workload_stats(a + b)
     assert s["batch_size"] == 2
     assert s["turns_per_traj_mean"] == 2.5 and s["turns_per_traj_max"] == 3
-    assert s["new_prefill_tokens_per_turn"] == pytest.approx((3 * 100 + 2 * 500) / 5)
+    # own (new-to-the-trajectory) tokens: the first turns' recorded 100 and 500; the later
+    # turns' contexts do not grow past the previous turn's context + decode, so 0
+    assert s["new_prefill_tokens_per_turn"] == pytest.approx((100 + 500) / 5)
+    assert s["cached_prefix_tokens_per_turn"] == pytest.approx((900 + 1000 + 1000 + 900 + 1400) / 5)
     assert s["context_tokens_mean"] == pytest.approx((3 * 1000 + 2 * 1400) / 5)
     assert s["traj_context_tokens_mean"] == pytest.approx(((1000 + 50) + (1400 + 50)) / 2)
     assert s["env_s_per_turn_mean"] == pytest.approx(8.0 / 3)
     # a lives 0 -> 7.6 s (waits 4 s), b lives 0 -> 6.4 s (waits 4 s)
     assert s["env_wait_fraction"] == pytest.approx(8.0 / 14.0)
     # the tail is a (ends at 7.6 s, b at 6.4 s): 3 turns, 300 new, 150 decoded, 4 s of env
-    assert (s["tail_turns"], s["tail_new_prefill_tokens"]) == (3, 300)
+    assert (s["tail_turns"], s["tail_new_prefill_tokens"]) == (3, 100)
     assert (s["tail_decode_tokens"], s["tail_env_s"]) == (150, pytest.approx(4.0))
 
 
