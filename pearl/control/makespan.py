@@ -21,7 +21,8 @@ profile's size B_obs; for a batch of B its excess over the mean trajectory is sc
 * decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, H_max/K_dec)`:
   trajectories waiting on the environment do not decode, trajectories that finished early
   (they run T of the tail's T_tail turns) no longer do, and KV memory caps the batch;
-  decode iteration `t_step = a + b_d*b + c_ctx*b*K_dec` with `K_dec = K + n_d/2`.
+  decode iteration `t_step = a + b_d*min(b, b_sat) + c_ctx*b*K_dec` with `K_dec = K + n_d/2`
+  (`b_sat`: MoE, the batch at which every expert is read, `HardwarePrior`; dense: none).
 
 Two bounds, the makespan is the larger (both are lower bounds of a real schedule):
 
@@ -115,6 +116,7 @@ class _Workload:
     prefill_b: float
     prefill_c: float
     hit_coeff_colocated: float
+    decode_saturation_seqs: float
     hit_coeff_disaggregated: float
 
 
@@ -170,6 +172,7 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         prefill_b=perf.prefill_s_per_token,
         prefill_c=perf.prefill_s_per_token_ctx,
         hit_coeff_colocated=profile.cache_hit_coeff_colocated,
+        decode_saturation_seqs=hw.decode_saturation_seqs,
         hit_coeff_disaggregated=profile.cache_hit_coeff_disaggregated,
     )
 
@@ -209,7 +212,9 @@ def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     """Per-worker decode concurrency, iteration time and busy time for `workers` workers."""
     cap = max(1.0, w.h_max / w.ctx_dec) if w.h_max > 0 else 1.0
     b = np.clip(w.batch / workers * (1.0 - w.wait) * w.live, 1.0, cap)
-    t_step = w.step_a + w.step_b * b + w.step_c * b * w.ctx_dec
+    t_step = (
+        w.step_a + w.step_b * np.minimum(b, w.decode_saturation_seqs) + w.step_c * b * w.ctx_dec
+    )
     busy = w.batch * w.turns * w.n_d / workers / b * t_step
     return b, t_step, busy
 

@@ -47,15 +47,31 @@ class HardwarePrior:
     prefill_flops_efficiency: float = 0.6
     decode_bandwidth_efficiency: float = 0.7
     usable_memory_fraction: float = 0.9
+    expert_weight_bytes: float = 0.0
+    experts_per_token_fraction: float = 0.0
 
     @classmethod
     def from_specs(
         cls, model: Any, gpu: Any, *, gpus_per_worker: int = 1, link_bytes_per_s: float = 25e9
     ) -> HardwarePrior:
         """Read a model spec (weight_bytes_bf16, kv_bytes_per_token_bf16, active_params,
-        num_hidden_layers, num_attention_heads, head_dim) and a GPU spec (bf16_tflops,
-        hbm_tb_s, hbm_gb) by attribute name."""
+        num_hidden_layers, num_attention_heads, head_dim; for MoE num_experts,
+        num_experts_per_tok, moe_intermediate_size, hidden_size) and a GPU spec
+        (bf16_tflops, hbm_tb_s, hbm_gb) by attribute name."""
         attn = 4.0 * model.num_hidden_layers * model.num_attention_heads * model.head_dim
+        num_experts = int(getattr(model, "num_experts", 0) or 0)
+        per_tok = int(getattr(model, "num_experts_per_tok", 0) or 0)
+        expert_bytes, frac = 0.0, 0.0
+        if num_experts > 0 and per_tok > 0:
+            # gate, up and down projections of every expert of every layer, bf16
+            expert_bytes = (
+                2.0
+                * 3.0
+                * num_experts
+                * model.num_hidden_layers
+                * (model.hidden_size * model.moe_intermediate_size)
+            )
+            frac = per_tok / num_experts
         return cls(
             weight_bytes=float(model.weight_bytes_bf16),
             kv_bytes_per_token=float(model.kv_bytes_per_token_bf16),
@@ -66,7 +82,17 @@ class HardwarePrior:
             gpu_hbm_bytes=float(gpu.hbm_gb) * 1e9,
             link_bytes_per_s=float(link_bytes_per_s),
             gpus_per_worker=gpus_per_worker,
+            expert_weight_bytes=expert_bytes,
+            experts_per_token_fraction=frac,
         )
+
+    @property
+    def decode_saturation_seqs(self) -> float:
+        """Decode sequences per iteration past which a MoE iteration reads every expert
+        (our coarse linear coverage: each sequence reads `k/E` of the experts until all are
+        read, at E/k sequences); infinite for dense models."""
+        f = self.experts_per_token_fraction
+        return 1.0 / f if f > 0 and self.expert_weight_bytes > 0 else math.inf
 
     def worker_memory_bytes(self, num_gpus_per_worker: int | None = None) -> float:
         g = self.gpus_per_worker if num_gpus_per_worker is None else num_gpus_per_worker
@@ -85,11 +111,16 @@ class HardwarePrior:
         g = self.gpus_per_worker
         flops = g * self.gpu_flops_per_s * self.prefill_flops_efficiency
         bw = g * self.gpu_hbm_bytes_per_s * self.decode_bandwidth_efficiency
+        # A decode iteration reads the weights once; for MoE only the shared weights for
+        # sure, plus the experts its sequences route to (`decode_saturation_seqs`).
+        shared = self.weight_bytes - self.expert_weight_bytes
+        per_seq_bytes = self.expert_weight_bytes * self.experts_per_token_fraction
         return PerfParams(
-            step_overhead_s=self.weight_bytes / bw + 2e-3,  # one weight read + launch slack
+            step_overhead_s=shared / bw + 2e-3,  # one weight read + launch slack
             prefill_s_per_token=self.flops_per_token / flops,
             prefill_s_per_token_ctx=self.attn_flops_per_token_ctx / flops,
-            decode_s_per_seq=self.flops_per_token / (g * self.gpu_flops_per_s * 0.3),
+            decode_s_per_seq=self.flops_per_token / (g * self.gpu_flops_per_s * 0.3)
+            + per_seq_bytes / bw,
             decode_s_per_ctx_token=self.kv_bytes_per_token / bw,
             kv_latency_s=2e-3,
             kv_s_per_byte=1.0 / self.link_bytes_per_s,

@@ -104,10 +104,12 @@ class RuntimeTracker:
         `prefill_s_per_token_ctx` in the prior's proportions, so that
         `b_p + c_attn * context_tokens` equals the fitted cost (no double counting)."""
         prior = self._prior_perf
+        sat = self.hardware.decode_saturation_seqs
         stride = max(1, len(steps) // _MAX_ROWS)
         rows = steps[::stride]
         x = np.array(
-            [(1.0, s.prefill_tokens, s.decode_tokens, s.context_tokens) for s in rows], dtype=float
+            [(1.0, s.prefill_tokens, min(s.decode_tokens, sat), s.context_tokens) for s in rows],
+            dtype=float,
         ).reshape(-1, 4)
         y = np.array([s.step_time_s for s in rows], dtype=float)
         p0 = np.array(
