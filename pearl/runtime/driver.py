@@ -176,7 +176,10 @@ class Driver:
             self.step_metrics = list(ckpt["step_metrics"])
             self.expected_rollout_s = float(ckpt["expected_rollout_s"])
             self.time_offset_s = float(ckpt["time_s"])
-            self.note("resume", f"run resumed from its checkpoint after step {self.trained_steps} (version {self.version})")
+            self.note(
+                "resume",
+                f"run resumed from its checkpoint after step {self.trained_steps} (version {self.version})",
+            )
         self.version = await _aget(self.trainer.publish.remote())
         spec = EngineSpec(
             model_config=model_cfg,
@@ -220,6 +223,10 @@ class Driver:
         with LiveView(enabled=self.live_enabled) as self.live:
             try:
                 await self._loop()
+                if self.lent:  # the run is over: borrowed training devices go back too
+                    deadline = self.now() + self.cfg.trainer.return_grace_s
+                    self.wants_deadline = deadline
+                    self._handle(ev.TrainingWants(self.now(), tuple(sorted(self.lent)), deadline))
             finally:
                 pump.cancel()
         return self._finish()
@@ -235,17 +242,26 @@ class Driver:
         from pearl.runtime.engine import ModelConfig, Qwen3ForCausalLM
 
         cfg = self.cfg
-        mc = model_cfg if model_cfg is not None else ModelConfig.from_json_file(Path(cfg.model.checkpoint_dir) / "config.json")
+        mc = (
+            model_cfg
+            if model_cfg is not None
+            else ModelConfig.from_json_file(Path(cfg.model.checkpoint_dir) / "config.json")
+        )
         with torch.device("meta"):
             num_params = sum(p.numel() for p in Qwen3ForCausalLM(mc).parameters())
         dtype_bytes = 4.0 if not cfg.cluster.use_cuda else 2.0
-        kv_per_token = 2.0 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * dtype_bytes
+        kv_per_token = (
+            2.0 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * dtype_bytes
+        )
         kv_pool = cfg.engine.num_kv_blocks * cfg.engine.block_size * kv_per_token
         return HardwarePrior(
             weight_bytes=num_params * dtype_bytes,
             kv_bytes_per_token=kv_per_token,
             flops_per_token=2.0 * num_params,
-            attn_flops_per_token_ctx=4.0 * mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim,
+            attn_flops_per_token_ctx=4.0
+            * mc.num_hidden_layers
+            * mc.num_attention_heads
+            * mc.head_dim,
             gpu_flops_per_s=2e10 if not cfg.cluster.use_cuda else 4e14,
             gpu_hbm_bytes_per_s=1e10 if not cfg.cluster.use_cuda else 2e12,
             gpu_hbm_bytes=(num_params * dtype_bytes + kv_pool) / 0.9,
@@ -417,7 +433,11 @@ class Driver:
 
     def _maybe_train(self) -> None:
         step = self.trained_steps_first_step()
-        if self.training or step not in self.ready_steps:
+        if (
+            self.training
+            or step not in self.ready_steps
+            or self.trained_steps >= self.cfg.trainer.num_steps
+        ):
             return
         if self.lent:
             if self.wants_deadline is None:
@@ -471,7 +491,12 @@ class Driver:
         config = config_of(self.controller.state, (Status.ACTIVE,))
         if profile is None or config is None:
             return None
-        p = predict(config, profile, self.cfg.rollout.batch_size, num_gpus_per_worker=self.cfg.cluster.gpus_per_worker)
+        p = predict(
+            config,
+            profile,
+            self.cfg.rollout.batch_size,
+            num_gpus_per_worker=self.cfg.cluster.gpus_per_worker,
+        )
         return p.makespan_s if p.feasible else None
 
     def _offer_training_idle(self) -> None:
