@@ -105,7 +105,7 @@ def plot_timeline(
     ax.legend(
         handles=[Patch(color=c, label=k) for k, c in COLORS.items()],
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.18),
+        bbox_to_anchor=(0.5, -0.3),
         ncol=7,
         fontsize=8,
         frameon=False,
@@ -113,7 +113,7 @@ def plot_timeline(
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # legend below the axis label
     plt.close(fig)
     return path
 

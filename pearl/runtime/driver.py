@@ -22,6 +22,7 @@ from typing import Any
 from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.control.controller import Controller
+from pearl.control.gates import SwitchCosts, SwitchCostTracker
 from pearl.control.plan import config_of
 from pearl.control.policies import get_policy
 from pearl.control.profile import HardwarePrior
@@ -203,9 +204,16 @@ class Driver:
         dedicated = tuple(
             Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated)
         )
+        costs = SwitchCostTracker(defaults=SwitchCosts(**cfg.controller.switch_costs))
+        advisor = policy.make_advisor(
+            hardware=self._hardware_prior(model_cfg),
+            batch_size=cfg.rollout.batch_size,
+            gpus_per_worker=cfg.cluster.gpus_per_worker,
+            costs=costs,
+        )
         self.controller = Controller(
             policy,
-            hardware=self._hardware_prior(model_cfg),
+            advisor=advisor,
             state=ClusterState(gpus=dedicated),
             batch_size=cfg.rollout.batch_size,
             group_size=cfg.rollout.group_size,

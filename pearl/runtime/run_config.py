@@ -113,6 +113,22 @@ class ControllerSection(_M):
     """The policy that drives the controller."""
 
     policy: str = Field("pearl", description="pearl, roll, rlboost+, or an ablation name.")
+    switch_costs: dict[str, float] = Field(
+        default_factory=dict,
+        description="Priors of the switch-cost EMAs the cost gates start from, in seconds "
+        "(expansion_prep_s, expansion_finalize_s, activation_s, deactivation_s); the "
+        "defaults are the paper's GPU measurements.",
+    )
+
+    @model_validator(mode="after")
+    def _known_costs(self) -> ControllerSection:
+        known = {"expansion_prep_s", "expansion_finalize_s", "activation_s", "deactivation_s"}
+        for key, value in self.switch_costs.items():
+            if key not in known:
+                raise ValueError(f"unknown switch cost '{key}' (known: {', '.join(sorted(known))})")
+            if value < 0:
+                raise ValueError(f"switch cost '{key}' must be >= 0")
+        return self
 
 
 class RunConfig(_M):
