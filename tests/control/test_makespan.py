@@ -216,3 +216,39 @@ def test_more_prefill_interrupts_colocated_decode_more():
 def test_bad_batch_rejected():
     with pytest.raises(ValueError):
         predict(PDConfig.colocated(1), simple_profile(), batch=0)
+
+
+def test_moe_decode_reads_each_expert_at_most_once_per_iteration():
+    """MoE (k/E = 1/4): each decoding sequence adds its experts' read (b_d) until all are
+    read at E/k = 4 sequences; a dense model keeps paying b_d per sequence."""
+    perf = PerfParams(0.01, 1e-4, 0.0, 1e-3, 0.0, 0.1, 0.0)
+    moe_hw = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e12, usable_memory_fraction=1.0,
+                           expert_weight_bytes=8e8, experts_per_token_fraction=0.25)  # fmt: skip
+    moe = predict(PDConfig.colocated(1), simple_profile(hardware=moe_hw, perf=perf), 32)
+    dense = predict(PDConfig.colocated(1), simple_profile(perf=perf), 32)
+    # concurrency 32 * (1 - 0.5) = 16 in both
+    assert moe.breakdown["decode_batch"] == dense.breakdown["decode_batch"] == 16.0
+    assert moe.breakdown["decode_step_s"] == pytest.approx(0.01 + 1e-3 * 4)
+    assert dense.breakdown["decode_step_s"] == pytest.approx(0.01 + 1e-3 * 16)
+
+
+def test_moe_prior_from_specs_moves_expert_reads_to_sequences():
+    """The roofline prior of a MoE model reads only the shared weights per iteration and
+    k/E of the expert weights per decoding sequence."""
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(bf16_tflops=1000.0, hbm_tb_s=2.0, hbm_gb=80.0)
+    common = dict(weight_bytes_bf16=60e9, kv_bytes_per_token_bf16=1e5, active_params=3e9,
+                  num_hidden_layers=48, num_attention_heads=32, head_dim=128, hidden_size=2048)  # fmt: skip
+    moe = HardwarePrior.from_specs(
+        SimpleNamespace(**common, num_experts=128, num_experts_per_tok=8,
+                        moe_intermediate_size=768), gpu)  # fmt: skip
+    dense = HardwarePrior.from_specs(SimpleNamespace(**common), gpu)
+    experts = 2.0 * 3 * 128 * 48 * 2048 * 768
+    assert moe.expert_weight_bytes == pytest.approx(experts)
+    assert moe.decode_saturation_seqs == 16.0 and math.isinf(dense.decode_saturation_seqs)
+    bw = 2e12 * moe.decode_bandwidth_efficiency
+    pm, pd = moe.perf_prior(), dense.perf_prior()
+    assert pm.step_overhead_s == pytest.approx((60e9 - experts) / bw + 2e-3)
+    assert pm.decode_s_per_seq - pd.decode_s_per_seq == pytest.approx(experts / 16 / bw)
+    assert pd.step_overhead_s == pytest.approx(60e9 / bw + 2e-3)

@@ -1,6 +1,7 @@
 """The runtime tracker: hand-computed workload statistics, EMAs, and fits that recover known
 coefficients from many samples and lean on the prior with few."""
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,97 @@ def test_example_telemetry_profile_round_trips():
     assert prof.num_steps == 2 and prof.step_fit.confidence > 0.5 and prof.kv_fit.num_samples > 0
     assert 10 <= prof.turns_per_traj_mean <= 30 and 0 < prof.prefix_hit_rate < 1
     assert WorkloadProfile.from_json(prof.to_json()) == prof
+
+
+def growing_traj(traj, num_turns, *, worker="w0", step=0, own=1000, dec=100, cached_share=1.0,
+                 roles=("colocated",)):  # fmt: skip
+    """Turns whose context grows by `own` + the previous turn's decode; the cache served
+    `cached_share` of the reusable prefix."""
+    out, ctx, t0 = [], 0, 0.0
+    for k in range(num_turns):
+        ctx = ctx + own + (dec if k else 0)
+        reusable = ctx - own
+        cached = int(round(reusable * cached_share))
+        dw = None if roles == ("colocated",) else "wd"
+        last = k == num_turns - 1
+        out.append(TurnRecord(traj, k, step, 0, worker, dw, roles, ctx - cached, cached, dec,
+                              ctx, t0, t0, t0 + 0.1, None, None, t0 + 0.1, t0 + 1.0,
+                              None if last else t0 + 1.0, None if last else t0 + 2.0))  # fmt: skip
+        t0 += 2.0
+    return out
+
+
+def test_own_tokens_and_reusable_prefix_do_not_depend_on_cache_hits():
+    """The same trajectories with a cache that served everything or nothing: the turns'
+    own tokens (context growth) and the reusable prefix are the same statistics."""
+    hit = growing_traj("a", 4, cached_share=1.0)
+    miss = growing_traj("a", 4, cached_share=0.0)
+    s_hit, s_miss = workload_stats(hit), workload_stats(miss)
+    # turn 0 prefills 1000 own tokens; turns 1..3 grow by 1000 (own) + 100 (last decode)
+    assert s_hit["new_prefill_tokens_per_turn"] == s_miss["new_prefill_tokens_per_turn"] == 1000
+    # contexts 1000, 2100, 3200, 4300: reusable 0, 1100, 2200, 3300
+    assert s_miss["cached_prefix_tokens_per_turn"] == pytest.approx(6600 / 4)
+    assert s_hit["tail_new_prefill_tokens"] == s_miss["tail_new_prefill_tokens"] == 4000
+
+
+@pytest.mark.parametrize("share", [0.2, 0.5, 0.8])
+def test_cache_hit_coefficient_inverts_the_hit_curve(share):
+    """c = -ln(1 - h) / r^2 with r = W*H_max / (B*K_seq): plugged back into the makespan
+    model's curve, it reproduces the observed hit share at the observed room."""
+    turns = [t for i in range(8) for t in
+             growing_traj(f"t{i}", 4, worker=f"w{i % 2}", own=30000, cached_share=share)]  # fmt: skip
+    s = workload_stats(turns, HW)
+    c = s["cache_hit_coeff_colocated"]
+    assert "cache_hit_coeff_disaggregated" not in s
+    r = 2 * HW.kv_capacity_tokens() / (8 * (s["context_tokens_mean"] + 100))
+    served = sum(t.cached_prefix_tokens for t in turns)
+    reusable = sum(t.context_tokens - 30000 for t in turns)
+    assert 0.5 < r < 2.0  # the room is in the informative range
+    assert 1 - math.exp(-c * r * r) == pytest.approx(served / reusable, rel=1e-6)
+    dis = [t for i in range(8) for t in growing_traj(
+        f"t{i}", 4, worker="wp", own=30000, cached_share=share, roles=("prefill", "decode"))
+    ]  # fmt: skip
+    assert "cache_hit_coeff_disaggregated" in workload_stats(dis, HW)
+
+
+def test_full_hits_carry_no_cache_information():
+    turns = growing_traj("a", 4, cached_share=1.0)
+    assert "cache_hit_coeff_colocated" not in workload_stats(turns, HW)
+
+
+def test_decode_only_iterations_fix_the_decode_terms():
+    """Disaggregated telemetry: decode-only iterations follow a + b_d*n + c*ctx, prefill-only
+    ones a + b_p*tokens; the staged fit recovers the decode terms from the former."""
+    rng = np.random.default_rng(1)
+    a, b_p, b_d, c = 0.004, 2e-5, 1e-3, 4e-8
+    rows = []
+    for i in range(400):
+        n = int(rng.integers(1, 16))
+        ctx = n * int(rng.integers(2000, 20000))
+        rows.append(WorkerStepRecord("wd", "decode", 0, float(i), n, 0, n, ctx,
+                                     a + b_d * n + c * ctx))  # fmt: skip
+        tok = int(rng.integers(1000, 16000))
+        rows.append(WorkerStepRecord("wp", "prefill", 0, float(i), 1, tok, 0, 0, a + b_p * tok))
+    perf, q = RuntimeTracker(HW)._fit_iterations(rows)
+    got = [perf.step_overhead_s, perf.decode_s_per_seq, perf.decode_s_per_ctx_token]
+    assert got == pytest.approx([a, b_d, c], rel=0.05)
+    assert perf.prefill_s_per_token == pytest.approx(b_p, rel=0.05)
+    assert q.num_samples == 800 and q.rel_rms_residual < 0.02
+
+
+def test_fitted_prefill_cost_is_split_not_added_to_attention():
+    """Iteration records see a prefill token's whole cost at the turns' context: the model's
+    `b_p + c_attn*K` at that context equals the fitted per-token cost."""
+    rows = [WorkerStepRecord("wp", "prefill", 0, float(i), 1, tok, 0, 0, 0.01 + 5e-5 * tok)
+            for i, tok in enumerate(range(1000, 60000, 500))]  # fmt: skip
+    perf, _ = RuntimeTracker(HW)._fit_iterations(rows, context_tokens=12000.0)
+    per_token = perf.prefill_s_per_token + perf.prefill_s_per_token_ctx * 12000.0
+    theta, _ = fit_with_prior(
+        np.array([(1.0, r.prefill_tokens) for r in rows]),
+        np.array([r.step_time_s for r in rows]),
+        np.array([HW.perf_prior().step_overhead_s, HW.perf_prior().prefill_s_per_token]),
+    )
+    assert per_token == pytest.approx(theta[1], rel=0.05)
+    ratio = perf.prefill_s_per_token_ctx / perf.prefill_s_per_token
+    prior = HW.perf_prior()
+    assert ratio == pytest.approx(prior.prefill_s_per_token_ctx / prior.prefill_s_per_token)
