@@ -116,6 +116,10 @@ class TrajectoryBook:
         q.sort(key=lambda t: (t.state != TrajState.INTERRUPTED, t.step, t.queue_seq))
         return q
 
+    def has_queued(self) -> bool:
+        """Is any trajectory waiting for a route? (O(1); `queued()` sorts them.)"""
+        return bool(self._queued)
+
     def num_on_worker(self, worker_id: str) -> int:
         """Requests in flight on `worker_id` (O(1))."""
         return self._loads.get(worker_id, 0)

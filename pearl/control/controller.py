@@ -268,6 +268,9 @@ class Controller(ToggleMixin):
         limit = self.policy.group_timeout_s
         if limit is None:
             return
+        if not self.groups:  # the common case: nothing starting (what follows is a no-op
+            self._retry_if_stuck()  # loop, then the same retry)
+            return
         for g in [g for g in self.groups.values() if self.now_s - g.started_s > limit]:
             late = [w for w in g.worker_ids if w not in g.synced]
             self._give_back(self._cancel_group(g, f"not ready after {limit:.0f}s: {late}"))
@@ -275,7 +278,7 @@ class Controller(ToggleMixin):
 
     def _retry_if_stuck(self) -> None:
         """Nothing serves any more (e.g. the initial group failed): re-plan at once."""
-        if not self._has_serving_workers() and not self.groups:
+        if not self.groups and not self._has_serving_workers():
             self._adapt()
 
     # -- invariants ------------------------------------------------------------------------

@@ -139,4 +139,6 @@ class RebuilderMixin(SchedulerCore):
         return self._state.has_gpu(gpu_id) and self._state.gpu(gpu_id).zone != Zone.OVERLAP
 
     def _has_serving_workers(self) -> bool:
-        return bool(self._state.workers_with(statuses=(Status.ACTIVE,)))
+        return self._of_state(
+            "has_serving", lambda: bool(self._state.workers_with(statuses=(Status.ACTIVE,)))
+        )

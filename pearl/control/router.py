@@ -61,14 +61,19 @@ def route_one(
     """
     cap = max_inflight_per_worker
     pool = candidates if candidates is not None else _candidates(state, allowed)
-    active = [
-        w
-        for w in pool
-        if book.can_use_version(traj, w.weight_version)
-        and (cap is None or loads.get(w.worker_id, 0) < cap)
-    ]
-    colocated = [w for w in active if w.role == Role.COLOCATED]
-    decode = [w for w in active if w.role == Role.DECODE]
+    # `book.can_use_version(traj, v)` is `traj.step - v <= max_staleness`, i.e. v >= min_v
+    min_v = traj.step - book.max_staleness
+    if cap is None:
+        active = [w for w in pool if w.weight_version >= min_v]
+    else:
+        active = [w for w in pool if w.weight_version >= min_v and loads.get(w.worker_id, 0) < cap]
+    colocated: list[Worker] = []
+    decode: list[Worker] = []
+    for w in active:
+        if w.role == Role.COLOCATED:
+            colocated.append(w)
+        elif w.role == Role.DECODE:
+            decode.append(w)
 
     def least(ws: list[Worker]) -> Worker:  # ties: the oldest worker (ws is in age order)
         return min(ws, key=lambda w: loads.get(w.worker_id, 0))

@@ -18,7 +18,9 @@ controller add event handlers on top of it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from pearl.control import commands as cmd
 from pearl.control.book import TrajectoryBook
@@ -37,6 +39,7 @@ from pearl.control.policies.base import Advisor, Policy
 from pearl.control.state import ClusterState, Gpu, Status, Zone
 
 log = logging.getLogger("pearl.control")
+_T = TypeVar("_T")
 
 
 class ControllerError(RuntimeError):
@@ -82,7 +85,24 @@ class SchedulerCore:
     _group_seq: int
     _redecide_pending: bool
 
+    # Derived views of `_state` (read every event: which GPUs are borrowed, who serves);
+    # states are immutable, so they are memoised per state object (see `_of_state`).
+    _memo_state: ClusterState | None = None
+    _memo: dict[str, Any]
+
     # -- small helpers ---------------------------------------------------------------------
+    def _of_state(self, key: str, compute: Callable[[], _T]) -> _T:
+        """`compute()` for the current state, memoised until `_state` is replaced. `compute`
+        must be a pure function of `_state` (states are immutable; identity is the key)."""
+        if self._memo_state is not self._state:
+            self._memo_state = self._state
+            self._memo = {}
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
+
     def _emit(self, *commands: cmd.Command) -> None:
         self._out.extend(commands)
 

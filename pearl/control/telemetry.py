@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -165,26 +165,33 @@ _INT_FIELDS = {
 _OPT_FLOAT = {"t_kv_start_s", "t_kv_end_s", "t_env_start_s", "t_env_end_s"}
 
 
+_FIELD_KINDS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _field_kinds(cls: type) -> tuple[tuple[str, str], ...]:
+    """(name, kind) of a record class's checked fields, in declaration order; kind is
+    "int", "opt_s" (optional seconds), "s" (seconds) or "nonneg_s" (seconds, >= 0)."""
+    kinds = _FIELD_KINDS.get(cls)
+    if kinds is None:
+        out = []
+        for f in fields(cls):
+            if f.name in _INT_FIELDS:
+                out.append((f.name, "int"))
+            elif f.name.endswith("_s"):
+                kind = "opt_s" if f.name in _OPT_FLOAT else "s"
+                out.append((f.name, "nonneg_s" if f.name == "step_time_s" else kind))
+        kinds = _FIELD_KINDS[cls] = tuple(out)
+    return kinds
+
+
 def _check_record(rec: Record) -> None:
     """Types, signs and time order. Raises TelemetryError(field=...) on the first problem."""
 
     def bad(name: str, msg: str) -> TelemetryError:
         return TelemetryError("<record>", msg, field=name)
 
-    for f in fields(rec):
-        v = getattr(rec, f.name)
-        if f.name in _INT_FIELDS:
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise bad(f.name, f"expected an integer, got {v!r}")
-            if v < 0:
-                raise bad(f.name, f"must be >= 0, got {v}")
-        elif f.name.endswith("_s"):
-            if v is None and f.name in _OPT_FLOAT:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise bad(f.name, f"expected a finite number of seconds, got {v!r}")
-            if f.name == "step_time_s" and v < 0:
-                raise bad(f.name, f"must be >= 0, got {v}")
+    if type(rec) is not TurnRecord or not _turn_fields_plain(rec):
+        _check_fields(rec, bad)
     if isinstance(rec, WorkerStepRecord):
         if rec.role not in _ROLES:
             raise bad("role", f"unknown role {rec.role!r} (use {', '.join(_ROLES)})")
@@ -215,6 +222,54 @@ def _check_record(rec: Record) -> None:
         if t < last - 1e-9:
             raise bad(name, f"{name}={t} is before {last_name}={last}")
         last_name, last = name, t
+
+
+def _check_fields(rec: Record, bad: Callable[[str, str], TelemetryError]) -> None:
+    """Per-field types and signs, in declaration order (the first bad field is raised)."""
+    for name, kind in _field_kinds(type(rec)):
+        v = getattr(rec, name)
+        if kind == "int":
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise bad(name, f"expected an integer, got {v!r}")
+            if v < 0:
+                raise bad(name, f"must be >= 0, got {v}")
+            continue
+        if v is None and kind == "opt_s":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise bad(name, f"expected a finite number of seconds, got {v!r}")
+        if kind == "nonneg_s" and v < 0:
+            raise bad(name, f"must be >= 0, got {v}")
+
+
+def _turn_fields_plain(rec: TurnRecord) -> bool:
+    """The common case of a turn record, decided quickly: every count a plain int >= 0 and
+    every time a finite plain float (optional ones may be None). When True, `_check_fields`
+    would pass; when False it runs and names the first bad field."""
+    for n in (
+        rec.turn,
+        rec.step,
+        rec.weight_version,
+        rec.new_prefill_tokens,
+        rec.cached_prefix_tokens,
+        rec.decode_tokens,
+        rec.context_tokens,
+    ):
+        if type(n) is not int or n < 0:
+            return False
+    for t in (
+        rec.t_queued_s,
+        rec.t_prefill_start_s,
+        rec.t_prefill_end_s,
+        rec.t_decode_start_s,
+        rec.t_decode_end_s,
+    ):
+        if type(t) is not float or t - t != 0.0:  # t - t is nan for inf and nan
+            return False
+    for o in (rec.t_kv_start_s, rec.t_kv_end_s, rec.t_env_start_s, rec.t_env_end_s):
+        if o is not None and (type(o) is not float or o - o != 0.0):
+            return False
+    return True
 
 
 def _from_json(cls: type, doc: Any, source: str, location: str | None) -> Record:

@@ -35,11 +35,19 @@ class ToggleMixin(RebuilderMixin):
         return g if g is not None else Gpu(gpu_id, Zone.OVERLAP, "training")
 
     def borrowed_gpus(self) -> tuple[str, ...]:
-        return self._state.gpus_in(Zone.OVERLAP)
+        return self._of_state("borrowed_gpus", lambda: self._state.gpus_in(Zone.OVERLAP))
 
-    def _borrowed_workers(self) -> list[Worker]:
-        ov = set(self.borrowed_gpus())
-        return [w for w in self._state.workers if ov.intersection(w.gpu_ids)]
+    def _borrowed_workers(self) -> tuple[Worker, ...]:
+        def compute() -> tuple[Worker, ...]:
+            ov = set(self.borrowed_gpus())
+            return tuple(w for w in self._state.workers if ov.intersection(w.gpu_ids))
+
+        return self._of_state("borrowed_workers", compute)
+
+    def _borrowed_worker_ids(self) -> frozenset[str]:
+        return self._of_state(
+            "borrowed_worker_ids", lambda: frozenset(w.worker_id for w in self._borrowed_workers())
+        )
 
     def _on_training_idle(
         self, time_s: float, gpu_ids: tuple[str, ...], idle_until_s: float
@@ -124,14 +132,19 @@ class ToggleMixin(RebuilderMixin):
         """Workers the router may use: all, or none of the borrowed ones once spent."""
         if self.policy.borrow != "budgeted" or self.borrow_turns_left > 0:
             return None
-        ov = {w.worker_id for w in self._borrowed_workers()}
-        return frozenset(w.worker_id for w in self._state.routable() if w.worker_id not in ov)
+
+        def compute() -> frozenset[str]:
+            ov = self._borrowed_worker_ids()
+            return frozenset(w.worker_id for w in self._state.routable() if w.worker_id not in ov)
+
+        return self._of_state("budget_allowed", compute)
 
     def _spend_budget(self, routes: list[cmd.Route]) -> None:
         if self.policy.borrow != "budgeted":
             return
-        ov = {w.worker_id for w in self._borrowed_workers()}
-        self.borrow_turns_left -= sum(1 for r in routes if r.prefill_worker_id in ov)
+        if routes:
+            ov = self._borrowed_worker_ids()
+            self.borrow_turns_left -= sum(1 for r in routes if r.prefill_worker_id in ov)
         if self.borrow_turns_left <= 0:
             for w in self._borrowed_workers():
                 if w.status == Status.ACTIVE:

@@ -63,12 +63,15 @@ class EventCore:
         self.num_popped = 0
 
     def schedule(self, time_s: float, payload: Any, priority: int = PRIO_DEFAULT) -> Handle:
-        if time_s < self.now_s - 1e-9:
-            raise SimError(f"cannot schedule at {time_s:.6f} s: clock is at {self.now_s:.6f} s")
-        time_s = max(time_s, self.now_s)
-        handle = Handle(time_s, priority, self._seq, payload)
-        heapq.heappush(self._heap, (time_s, priority, self._seq, handle))
-        self._seq += 1
+        now = self.now_s
+        if time_s < now:
+            if time_s < now - 1e-9:
+                raise SimError(f"cannot schedule at {time_s:.6f} s: clock is at {now:.6f} s")
+            time_s = now
+        seq = self._seq
+        handle = Handle(time_s, priority, seq, payload)
+        heapq.heappush(self._heap, (time_s, priority, seq, handle))
+        self._seq = seq + 1
         return handle
 
     def after(self, delay_s: float, payload: Any, priority: int = PRIO_DEFAULT) -> Handle:

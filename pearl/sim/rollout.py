@@ -105,7 +105,7 @@ def route(world: World, cmd: C.Route) -> None:
     t.weight_version = max(p.version, 0)
     t.prefill_worker = p.worker_id
     t.decode_worker = d.worker_id if d is not None else None
-    t.roles = tuple(str(w.engine.role) for w in (p, d) if w is not None)
+    t.roles = (str(p.engine.role),) if d is None else (str(p.engine.role), str(d.engine.role))
     t.context_tokens = turn.context_tokens + tr.generated_tokens
     t.resumed = t.resumed or cmd.full_prefill
     tr.route = (p.worker_id, d.worker_id if d is not None else None)

@@ -227,7 +227,7 @@ def _controller_class(check_every: int) -> type:
 
         def _route(self) -> Any:
             spend = getattr(self, "_spend_budget", None)
-            if self.book.queued() or spend is None:
+            if self.book.has_queued() or spend is None:
                 return super()._route()
             spend([])  # what routing nothing does (a budgeted borrow may drain)
             return []

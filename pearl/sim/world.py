@@ -21,7 +21,6 @@ training GPUs back takes `borrow_deactivation_s` (in the trainer). Workers creat
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -107,7 +106,7 @@ class World:
         )
         self.actions = actions
         self.borrowing = borrowing
-        self.outbox: deque = deque()
+        self.outbox: list = []
         self.gpus: dict[str, Gpu] = {}
         self.gpu_since: dict[str, float] = {}
         self.workers: dict[str, SimWorker] = {}
@@ -148,8 +147,9 @@ class World:
         self.outbox.append(event)
 
     def take_outbox(self) -> list:
-        out = list(self.outbox)
-        self.outbox.clear()
+        out = self.outbox
+        if out:
+            self.outbox = []
         return out
 
     def start(self) -> None:
