@@ -21,6 +21,9 @@ profile's size B_obs; for a batch of B its excess over the mean trajectory is sc
 * decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, H_max/K_dec)`:
   trajectories waiting on the environment do not decode, trajectories that finished early
   (they run T of the tail's T_tail turns) no longer do, and KV memory caps the batch;
+  disaggregated, a turn being prefilled or moving its KV holds no decode slot either, so
+  `b` is further scaled by `D/(D + t_pf + t_kv)` with `D = n_d*t_step(b)` (a few
+  fixed-point iterations);
   decode iteration `t_step = a + b_d*min(b, b_sat) + c_ctx*b*K_dec` with `K_dec = K + n_d/2`
   (`b_sat`: MoE, the batch at which every expert is read, `HardwarePrior`; dense: none).
 
@@ -208,13 +211,21 @@ def _prefill(
     return t_pf, tail, hit
 
 
-def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _step_s(w: _Workload, b: np.ndarray) -> np.ndarray:
+    return w.step_a + w.step_b * np.minimum(b, w.decode_saturation_seqs) + w.step_c * b * w.ctx_dec
+
+
+def _decode(
+    w: _Workload, workers: np.ndarray, away_s: np.ndarray | float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-worker decode concurrency, iteration time and busy time for `workers` workers."""
     cap = max(1.0, w.h_max / w.ctx_dec) if w.h_max > 0 else 1.0
-    b = np.clip(w.batch / workers * (1.0 - w.wait) * w.live, 1.0, cap)
-    t_step = (
-        w.step_a + w.step_b * np.minimum(b, w.decode_saturation_seqs) + w.step_c * b * w.ctx_dec
-    )
+    full = w.batch / np.asarray(workers, dtype=float) * (1.0 - w.wait) * w.live
+    b = np.clip(full, 1.0, cap)
+    for _ in range(4 if np.any(np.asarray(away_s) > 0) else 0):
+        dec = w.n_d * _step_s(w, b)
+        b = np.clip(full * dec / (dec + away_s), 1.0, cap)
+    t_step = _step_s(w, b)
     busy = w.batch * w.turns * w.n_d / workers / b * t_step
     return b, t_step, busy
 
@@ -252,7 +263,7 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
     prefill = w.batch * w.turns * t_pf / p
     kv_link = w.batch * w.turns * w.t_kv / p
     prefill_path = np.maximum(prefill, kv_link)
-    b, t_step, decode = _decode(w, d)
+    b, t_step, decode = _decode(w, d, t_pf + w.t_kv)
     own_decode = w.tail_decode_tokens * t_step
     decode_path = np.maximum(decode, own_decode)
     kv = w.tail_turns * w.t_kv
