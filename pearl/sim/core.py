@@ -95,6 +95,19 @@ class EventCore:
         self.num_popped += 1
         return handle
 
+    def pop_due(self, until_s: float) -> Handle | None:
+        """`pop()` if the next live entry is due at or before `until_s`, else None (and the
+        heap is left as it is, less cancelled entries)."""
+        heap = self._heap
+        while heap and heap[0][3].cancelled:
+            heapq.heappop(heap)
+        if not heap or heap[0][0] > until_s:
+            return None
+        time_s, _, _, handle = heapq.heappop(heap)
+        self.now_s = time_s
+        self.num_popped += 1
+        return handle
+
     def __len__(self) -> int:
         return sum(1 for *_, h in self._heap if not h.cancelled)
 

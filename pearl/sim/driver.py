@@ -88,11 +88,17 @@ class Driver:
         self.world.start()
         self._dispatch()
         next_progress = 60.0
+        pop_due = getattr(core, "pop_due", None) if stop is None else None
         while True:
-            t = core.peek_time_s()
-            if t is None or t > until_s or (stop is not None and stop()):
-                break
-            handle = core.pop()
+            if pop_due is not None:
+                handle = pop_due(until_s)  # the same as below, in one heap look
+                if handle is None:
+                    break
+            else:
+                t = core.peek_time_s()
+                if t is None or t > until_s or (stop is not None and stop()):
+                    break
+                handle = core.pop()
             handle.payload()
             self._dispatch()
             if progress is not None and core.now_s >= next_progress:
@@ -106,22 +112,26 @@ class Driver:
     def _dispatch(self) -> None:
         """Feed every pending world event to the controller, executing its commands."""
         world, ctl, log = self.world, self.controller, self.log
+        events_by_kind, commands_by_kind = log.events_by_kind, log.commands_by_kind
+        keep_commands, keep_history = self.keep_commands, self.keep_history
         while True:
             events = world.take_outbox()
             if not events:
                 return
             for event in events:
                 log.num_events += 1
-                log.events_by_kind[type(event).__name__] += 1
+                events_by_kind[type(event).__name__] += 1
                 before = ctl.state
                 commands = ctl.handle(event)
-                for cmd in commands:
-                    log.num_commands += 1
-                    name = type(cmd).__name__
-                    log.commands_by_kind[name] += 1
-                    if self.keep_commands and name != "Route":
-                        log.command_log.append((world.core.now_s, cmd))
-                    world.execute(cmd)
-                after = ctl.state
-                if self.keep_history and after is not before and after != before:
-                    log.history.append((world.core.now_s, after))
+                if commands:
+                    log.num_commands += len(commands)
+                    for cmd in commands:
+                        name = type(cmd).__name__
+                        commands_by_kind[name] += 1
+                        if keep_commands and name != "Route":
+                            log.command_log.append((world.core.now_s, cmd))
+                        world.execute(cmd)
+                if keep_history:
+                    after = ctl.state
+                    if after is not before and after != before:
+                        log.history.append((world.core.now_s, after))

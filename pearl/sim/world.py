@@ -229,6 +229,9 @@ class World:
     # -- commands -------------------------------------------------------------------------
     def execute(self, cmd: object) -> None:
         """Carry out one command; its completion comes back as a later event."""
+        if type(cmd) is C.Route:  # the hot path: most commands are routes
+            route(self, cmd)
+            return
         handler = getattr(self, f"_do_{type(cmd).__name__}", None)
         if handler is None:
             raise TypeError(f"unknown command {cmd!r}")
