@@ -16,6 +16,7 @@ weight version keeps the trajectory within its staleness bound.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pearl.control.book import Trajectory, TrajectoryBook, TrajState
 from pearl.control.commands import Route
@@ -43,6 +44,34 @@ def _candidates(state: ClusterState, allowed: frozenset[str] | None) -> list[Wor
     return ws if allowed is None else [w for w in ws if w.worker_id in allowed]
 
 
+def _by_role(ws: list[Worker]) -> tuple[list[Worker], list[Worker], list[Worker]]:
+    """(colocated, decode, not decode) workers of `ws`, each in `ws`'s order."""
+    colocated: list[Worker] = []
+    decode: list[Worker] = []
+    nondecode: list[Worker] = []
+    for w in ws:
+        if w.role == Role.DECODE:
+            decode.append(w)
+        else:
+            nondecode.append(w)
+            if w.role == Role.COLOCATED:
+                colocated.append(w)
+    return colocated, decode, nondecode
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    """A candidate list's oldest weight version and `_by_role` split (computed once per
+    `route_queued` call; the candidates do not change while it routes)."""
+
+    min_version: int
+    by_role: tuple[list[Worker], list[Worker], list[Worker]]
+
+    @classmethod
+    def of(cls, ws: list[Worker]) -> _Split:
+        return cls(min(w.weight_version for w in ws), _by_role(ws))
+
+
 def route_one(
     traj: Trajectory,
     state: ClusterState,
@@ -52,28 +81,30 @@ def route_one(
     max_inflight_per_worker: int | None = None,
     allowed: frozenset[str] | None = None,
     candidates: list[Worker] | None = None,
+    _split_pool: _Split | None = None,
 ) -> Route | None:
     """The route of `traj`'s next turn, or None if no worker can take it now.
 
     `allowed` (if given) restricts candidates to those worker ids (e.g. a policy that stops
     sending new work to borrowed workers whose budget is spent). `candidates` may pass the
-    routable workers precomputed (`_candidates`), for routing many trajectories at once.
+    routable workers precomputed (`_candidates`), for routing many trajectories at once;
+    `_split_pool` (route_queued's) is `_split(candidates)`.
     """
     cap = max_inflight_per_worker
     pool = candidates if candidates is not None else _candidates(state, allowed)
     # `book.can_use_version(traj, v)` is `traj.step - v <= max_staleness`, i.e. v >= min_v
     min_v = traj.step - book.max_staleness
-    if cap is None:
-        active = [w for w in pool if w.weight_version >= min_v]
+    if cap is None and _split_pool is not None and _split_pool.min_version >= min_v:
+        active = pool  # every candidate qualifies: its split is the precomputed one
+        colocated, decode, nondecode = _split_pool.by_role
     else:
-        active = [w for w in pool if w.weight_version >= min_v and loads.get(w.worker_id, 0) < cap]
-    colocated: list[Worker] = []
-    decode: list[Worker] = []
-    for w in active:
-        if w.role == Role.COLOCATED:
-            colocated.append(w)
-        elif w.role == Role.DECODE:
-            decode.append(w)
+        if cap is None:
+            active = [w for w in pool if w.weight_version >= min_v]
+        else:
+            active = [
+                w for w in pool if w.weight_version >= min_v and loads.get(w.worker_id, 0) < cap
+            ]
+        colocated, decode, nondecode = _by_role(active)
 
     def least(ws: list[Worker]) -> Worker:  # ties: the oldest worker (ws is in age order)
         return min(ws, key=lambda w: loads.get(w.worker_id, 0))
@@ -95,10 +126,7 @@ def route_one(
             r = make(sticky)
             if r is not None:
                 return r
-    if decode:
-        choices = [w for w in active if w.role != Role.DECODE]
-    else:
-        choices = colocated
+    choices = nondecode if decode else colocated
     if not choices:
         return None
     return make(least(choices))
@@ -129,6 +157,7 @@ def route_queued(
     candidates = _candidates(state, allowed)
     if not candidates:
         return routes
+    split = _Split.of(candidates)
     for traj in queued:
         r = route_one(
             traj,
@@ -137,6 +166,7 @@ def route_queued(
             book,
             max_inflight_per_worker=max_inflight_per_worker,
             candidates=candidates,
+            _split_pool=split,
         )
         if r is None:
             continue
