@@ -69,7 +69,16 @@ class _Split:
 
     @classmethod
     def of(cls, ws: list[Worker]) -> _Split:
-        return cls(min(w.weight_version for w in ws), _by_role(ws))
+        """The split of `ws` (memoised for the last list seen: `_candidates` hands out the
+        same, never-changed list for a state while no `allowed` filter applies)."""
+        if _LAST_SPLIT and _LAST_SPLIT[0][0] is ws:
+            return _LAST_SPLIT[0][1]
+        split = cls(min(w.weight_version for w in ws), _by_role(ws))
+        _LAST_SPLIT[:] = [(ws, split)]
+        return split
+
+
+_LAST_SPLIT: list[tuple[list[Worker], _Split]] = []  # one-entry cache, holds its list alive
 
 
 def route_one(
