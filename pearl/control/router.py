@@ -38,10 +38,20 @@ def _routable_in_order(state: ClusterState) -> list[Worker]:
     return ws
 
 
+_LAST_ALLOWED: list[tuple[ClusterState, frozenset[str], list[Worker]]] = []  # one entry
+
+
 def _candidates(state: ClusterState, allowed: frozenset[str] | None) -> list[Worker]:
-    """Routable workers (active, allowed), in a stable order (age, then id)."""
+    """Routable workers (active, allowed), in a stable order (age, then id). The list is
+    shared (memoised for the last state and `allowed` set): do not change it."""
     ws = _routable_in_order(state)
-    return ws if allowed is None else [w for w in ws if w.worker_id in allowed]
+    if allowed is None:
+        return ws
+    if _LAST_ALLOWED and _LAST_ALLOWED[0][0] is state and _LAST_ALLOWED[0][1] is allowed:
+        return _LAST_ALLOWED[0][2]
+    out = [w for w in ws if w.worker_id in allowed]
+    _LAST_ALLOWED[:] = [(state, allowed, out)]
+    return out
 
 
 def _by_role(ws: list[Worker]) -> tuple[list[Worker], list[Worker], list[Worker]]:
