@@ -115,7 +115,9 @@ class Controller(ToggleMixin):
         if not isinstance(time_s, (int, float)) or time_s != time_s:  # missing or NaN
             self._ignore(f"not an event (no time): {type(event).__name__}")
             return []
-        self.now_s = max(self.now_s, float(time_s))
+        time_s = float(time_s)
+        if time_s > self.now_s:
+            self.now_s = time_s
         if not self._started:
             self._started = True
             self._replan("initial", urgent=False)
@@ -128,7 +130,9 @@ class Controller(ToggleMixin):
             handler(self, event)
         routed = self._route()
         if type(event) in _TRAJECTORY_EVENTS:  # hot path: check what it touched
-            self.check([event.traj_id, *(r.traj_id for r in routed)])
+            self.check(
+                (event.traj_id, *[r.traj_id for r in routed]) if routed else (event.traj_id,)
+            )
         else:
             self.check()
         out, self._out = self._out, []
