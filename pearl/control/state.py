@@ -181,6 +181,15 @@ class ClusterState:
             counts[w.role] += 1
         return counts
 
+    def condition(self, gpu_id: str) -> tuple[str, str | None]:
+        """What a GPU is doing: (`idle` | an active worker's role | a worker's transition
+        status, the worker id or None). Timelines and live views show this."""
+        wid = self._owner.get(gpu_id)
+        if wid is None:
+            return "idle", None
+        w = self._worker_index[wid]
+        return (w.role.value if w.status is Status.ACTIVE else w.status.value), wid
+
     def zone_of_worker(self, worker_id: str) -> Zone:
         """The least stable zone among the worker's GPUs (overlap > preemptible > dedicated)."""
         w = self.worker(worker_id)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pearl.control.state import ClusterState, Status, Zone
+from pearl.control.state import ClusterState, Zone
 
 _ZONE_ORDER = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}
 
@@ -33,14 +33,6 @@ class Segment:
     end_s: float
 
 
-def _kind(state: ClusterState, gpu_id: str) -> tuple[str, str | None]:
-    wid = state.owner_of(gpu_id)
-    if wid is None:
-        return "idle", None
-    w = state.worker(wid)
-    return (w.role.value if w.status is Status.ACTIVE else w.status.value), wid
-
-
 def segments(history: Sequence[tuple[float, ClusterState]], end_s: float) -> list[Segment]:
     """Merge consecutive snapshots into maximal segments per GPU (history sorted by time)."""
     open_: dict[str, tuple[str, str, str | None, float]] = {}
@@ -49,7 +41,7 @@ def segments(history: Sequence[tuple[float, ClusterState]], end_s: float) -> lis
         present = set()
         for g in state.gpus:
             present.add(g.gpu_id)
-            kind, wid = _kind(state, g.gpu_id)
+            kind, wid = state.condition(g.gpu_id)
             cur = open_.get(g.gpu_id)
             if cur is not None and (cur[0], cur[1], cur[2]) == (g.zone.value, kind, wid):
                 continue

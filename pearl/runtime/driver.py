@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import time
@@ -25,8 +24,9 @@ from pearl.control.controller import Controller
 from pearl.control.gates import SwitchCosts, SwitchCostTracker
 from pearl.control.plan import config_of
 from pearl.control.policies import get_policy
-from pearl.control.profile import HardwarePrior
 from pearl.control.state import ClusterState, Gpu, Status, Zone
+from pearl.runtime.checkpoint import read_checkpoint, write_checkpoint
+from pearl.runtime.device_prior import slot_prior
 from pearl.runtime.run_config import RunConfig, dump_run_config
 from pearl.runtime.snapshots import REGISTRY_NAME as REGISTRY
 from pearl.runtime.trainer.trainer import TrainerConfig
@@ -206,7 +206,7 @@ class Driver:
         )
         costs = SwitchCostTracker(defaults=SwitchCosts(**cfg.controller.switch_costs))
         advisor = policy.make_advisor(
-            hardware=self._hardware_prior(model_cfg),
+            hardware=slot_prior(cfg, model_cfg),
             batch_size=cfg.rollout.batch_size,
             gpus_per_worker=cfg.cluster.gpus_per_worker,
             costs=costs,
@@ -238,44 +238,6 @@ class Driver:
             finally:
                 pump.cancel()
         return self._finish()
-
-    def _hardware_prior(self, model_cfg: Any) -> HardwarePrior:
-        """The decision engine's prior for one device slot; the tracker refits it from telemetry.
-
-        A CPU slot is one core of float32 maths (about 20 GFLOP/s, 10 GB/s); its memory is the
-        KV pool the engine is configured with. A CUDA slot uses the model's and GPU's specs.
-        """
-        import torch
-
-        from pearl.runtime.engine import ModelConfig, Qwen3ForCausalLM
-
-        cfg = self.cfg
-        mc = (
-            model_cfg
-            if model_cfg is not None
-            else ModelConfig.from_json_file(Path(cfg.model.checkpoint_dir) / "config.json")
-        )
-        with torch.device("meta"):
-            num_params = sum(p.numel() for p in Qwen3ForCausalLM(mc).parameters())
-        dtype_bytes = 4.0 if not cfg.cluster.use_cuda else 2.0
-        kv_per_token = (
-            2.0 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * dtype_bytes
-        )
-        kv_pool = cfg.engine.num_kv_blocks * cfg.engine.block_size * kv_per_token
-        return HardwarePrior(
-            weight_bytes=num_params * dtype_bytes,
-            kv_bytes_per_token=kv_per_token,
-            flops_per_token=2.0 * num_params,
-            attn_flops_per_token_ctx=4.0
-            * mc.num_hidden_layers
-            * mc.num_attention_heads
-            * mc.head_dim,
-            gpu_flops_per_s=2e10 if not cfg.cluster.use_cuda else 4e14,
-            gpu_hbm_bytes_per_s=1e10 if not cfg.cluster.use_cuda else 2e12,
-            gpu_hbm_bytes=(num_params * dtype_bytes + kv_pool) / 0.9,
-            link_bytes_per_s=1e9,
-            gpus_per_worker=cfg.cluster.gpus_per_worker,
-        )
 
     def _trace_actions(self) -> list[Any]:
         from pearl.runtime.trace_player import schedule
@@ -531,38 +493,17 @@ class Driver:
             "step_metrics": self.step_metrics,
             "done_trajectories": done,
         }
-        tmp = d / "driver.json.tmp"
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(d / "driver.json")
+        write_checkpoint(d, doc)
 
     def _load_checkpoint(self) -> dict[str, Any] | None:
-        from pearl.errors import InputError
-
-        path = self._ckpt_dir() / "driver.json"
-        if not path.exists():
-            return None
-        try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise InputError(
-                str(path), f"corrupt checkpoint: {err.msg}", location=f"line {err.lineno}"
-            ) from None
+        return read_checkpoint(self._ckpt_dir())
 
     # -- live view and the end -------------------------------------------------------------------
     def _refresh_live(self) -> None:
         state = self.controller.state
         by: dict[str, dict[str, int]] = {}
         for g in state.gpus:
-            wid = state.owner_of(g.gpu_id)
-            kind = (
-                "idle"
-                if wid is None
-                else (
-                    state.worker(wid).role.value
-                    if state.worker(wid).status is Status.ACTIVE
-                    else state.worker(wid).status.value
-                )
-            )
+            kind, _ = state.condition(g.gpu_id)
             by.setdefault(g.zone.value, {}).setdefault(kind, 0)
             by[g.zone.value][kind] += 1
         done = sum(1 for t in self.world.trajs.values() if t.done and t.step == self.version)
