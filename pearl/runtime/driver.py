@@ -21,6 +21,7 @@ from typing import Any
 from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.control.controller import Controller
+from pearl.control.decision import EngineConfig
 from pearl.control.gates import SwitchCosts, SwitchCostTracker
 from pearl.control.plan import config_of
 from pearl.control.policies import get_policy
@@ -210,6 +211,11 @@ class Driver(TrainingPipeline):
             batch_size=cfg.rollout.batch_size,
             gpus_per_worker=cfg.cluster.gpus_per_worker,
             costs=costs,
+            engine_config=EngineConfig(
+                mode_switch_threshold=cfg.controller.mode_switch_threshold,
+                ratio_switch_threshold=cfg.controller.ratio_switch_threshold,
+                num_gpus_per_worker=cfg.cluster.gpus_per_worker,
+            ),
         )
         self.controller = Controller(
             policy,

@@ -119,9 +119,23 @@ class ControllerSection(_M):
         "(expansion_prep_s, expansion_finalize_s, activation_s, deactivation_s); the "
         "defaults are the paper's GPU measurements.",
     )
+    mode_switch_threshold: float = Field(
+        0.10,
+        ge=0,
+        lt=1,
+        description="Hysteresis: predicted relative makespan saving a PD mode change needs.",
+    )
+    ratio_switch_threshold: float = Field(
+        0.03,
+        ge=0,
+        lt=1,
+        description="Hysteresis: saving a P:D ratio change within a mode needs (<= the mode's).",
+    )
 
     @model_validator(mode="after")
     def _known_costs(self) -> ControllerSection:
+        if self.ratio_switch_threshold > self.mode_switch_threshold:
+            raise ValueError("ratio_switch_threshold must be <= mode_switch_threshold")
         known = {"expansion_prep_s", "expansion_finalize_s", "activation_s", "deactivation_s"}
         for key, value in self.switch_costs.items():
             if key not in known:
