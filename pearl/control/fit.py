@@ -9,7 +9,13 @@
   relative standard deviation `prior_rel_sd`, weighed against the residual noise): with
   no samples the fit is the prior, with few it moves only as far as the data demand
   (unidentified directions stay at the prior), with many it follows the data;
-* coefficients stay >= 0 (a small active-set loop pins negative ones at 0 and refits).
+* coefficients stay >= 0 (a small active-set loop pins negative ones at 0 and refits);
+* first, the prior's *level* is corrected: a prior from specs is often off by one common
+  factor (a CPU slot's Python overhead, a GPU's real efficiency), and a ridge around a prior
+  several times too small would hold the fit near it (its relative design shrinks with the
+  error). The level `g` is the shrunk geometric mean of `y / (x @ prior)` (a log-normal
+  prior of 4x spread against the ratios' own scatter), and the multipliers are fitted
+  around `g * prior`.
 
 It reports a `FitQuality` (samples, relative RMS residual, confidence in 0..1).
 Deterministic; numpy only.
@@ -45,6 +51,7 @@ def fit_with_prior(
     n, k = x.shape
     if n == 0:
         return prior.copy(), FitQuality(0, 0.0, 0.0)
+    prior = prior * _level(x, y, prior)
     # Relative residuals: divide each row by its y; unknowns are multipliers of the prior.
     a = x * prior / y[:, None]
     if n > k:
@@ -58,6 +65,22 @@ def fit_with_prior(
     rel_rms = float(np.sqrt(np.mean(rel * rel)))
     confidence = (n / (n + max(prior_weight, 0.0))) / (1.0 + rel_rms)
     return theta, FitQuality(int(n), rel_rms, float(confidence))
+
+
+_LEVEL_LOG_SD = float(np.log(4.0))
+
+
+def _level(x: np.ndarray, y: np.ndarray, prior: np.ndarray) -> float:
+    """The shrunk geometric mean of observed over prior-predicted (see module doc)."""
+    pred = x @ prior
+    ok = pred > 0
+    if not ok.any():
+        return 1.0
+    logs = np.log(y[ok] / pred[ok])
+    n = len(logs)
+    scatter = max(float(np.var(logs)), 0.05**2) if n > 1 else 0.25**2
+    shrink = n * _LEVEL_LOG_SD**2 / (n * _LEVEL_LOG_SD**2 + scatter)
+    return float(np.exp(shrink * float(np.mean(logs))))
 
 
 def _solve(a: np.ndarray, lam: float) -> np.ndarray:

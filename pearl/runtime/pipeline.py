@@ -114,8 +114,13 @@ class TrainingPipeline:
             "trajectory_ids": [t.traj_id for t in trajs],
             "t_s": self.now(),
         }
+        active = config_of(self.controller.state, (Status.ACTIVE,))
+        row["config"] = None if active is None else str(active)
         self.step_metrics.append(row)
         self.recorder.record_step(step, row)
+        profile = getattr(self.controller.advisor, "profile", None)
+        if profile is not None:  # `pearl decide --profile RUN/profile.json` replays a decision
+            self.recorder.write_profile(profile.to_json())
         self._save_checkpoint()
         self.training = False
         self.emit(ev.TrainingStepFinished(self.now(), self.version))

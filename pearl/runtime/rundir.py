@@ -38,6 +38,7 @@ EVENTS_FILE = "events.jsonl"
 TELEMETRY_FILE = "telemetry.jsonl"
 STEPS_FILE = "steps.jsonl"
 METRICS_FILE = "metrics.json"
+PROFILE_FILE = "profile.json"
 REPORT_FILE = "report.md"
 JSONL_FILES = (STATES_FILE, DECISIONS_FILE, EVENTS_FILE, TELEMETRY_FILE, STEPS_FILE)
 
@@ -224,6 +225,13 @@ class RunRecorder:
         `trajectories`, `tokens`, `config` (PD config string), `t_s` (run clock at the
         end of the step), `wall_s` (the step's wall time)."""
         self._append(STEPS_FILE, {"step": int(step), **metrics})
+
+    def write_profile(self, doc: dict[str, Any]) -> None:
+        """Replace profile.json with the decision engine's latest workload profile (written
+        whole, then renamed, so a reader never sees half a file)."""
+        tmp = self.out_dir / (PROFILE_FILE + ".tmp")
+        tmp.write_text(json.dumps(_clean(doc), indent=2) + "\n")
+        tmp.replace(self.out_dir / PROFILE_FILE)
 
     # -- the end ---------------------------------------------------------------------------
     def finish(self, summary: dict[str, Any]) -> Path:

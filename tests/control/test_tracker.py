@@ -238,3 +238,22 @@ def test_fitted_prefill_cost_is_split_not_added_to_attention():
     ratio = perf.prefill_s_per_token_ctx / perf.prefill_s_per_token
     prior = HW.perf_prior()
     assert ratio == pytest.approx(prior.prefill_s_per_token_ctx / prior.prefill_s_per_token)
+
+
+def test_a_prior_several_times_too_fast_is_corrected_by_level():
+    """Iterations 8x slower than the prior (a CPU slot's Python overhead): the fit follows
+    the data, not a ridge around a prior that is wrong by one common factor."""
+    prior = HW.perf_prior()
+    rng = np.random.default_rng(3)
+    steps = []
+    for i in range(400):
+        pf, dec = int(rng.integers(0, 4000)), int(rng.integers(1, 64))
+        ctx = dec * 2000
+        t = 8.0 * (prior.step_overhead_s + pf * prior.prefill_s_per_token
+                   + dec * prior.decode_s_per_seq + ctx * prior.decode_s_per_ctx_token)
+        t *= float(rng.uniform(0.9, 1.1))
+        steps.append(WorkerStepRecord("w0", "colocated", 0, float(i), dec + (pf > 0),
+                                      pf, dec, ctx, t))  # fmt: skip
+    prof = RuntimeTracker(HW).observe_step([], steps)
+    assert prof.perf.step_overhead_s / prior.step_overhead_s == pytest.approx(8.0, rel=0.3)
+    assert prof.perf.decode_s_per_seq / prior.decode_s_per_seq == pytest.approx(8.0, rel=0.3)
