@@ -12,7 +12,12 @@ Why a tiny model can learn it under GRPO within minutes (issue 7):
 * the return is shaped and dense: every guess earns closeness credit, and finding the secret
   earns more the earlier it happens, so emitting a digit, guessing near the middle, and
   following the higher/lower feedback each raise the return on their own;
-* observations are a few bytes, so prompts stay short.
+* observations are a few bytes, so prompts stay short (``observation="short"``, the default).
+
+``observation="transcript"`` renders the game state the way agent scaffolds re-render theirs
+every turn: the tool-call instruction, the turn counter and the whole guess history, about
+90-130 bytes per observation. Same game, same rewards; each turn then brings about a hundred
+new prompt tokens, a prefill-heavy multi-turn workload (``make demo`` uses it).
 
 Return (the sum of per-step rewards, in [0, 1]): with ``closeness(g) = 1 - |g - s|/(n - 1)``,
 the score after a turn is ``1 - solve_penalty * (t - 1)`` if the secret was found at turn
@@ -37,6 +42,8 @@ from dataclasses import dataclass
 from pearl.envs.protocol import EpisodeOver, Observation, Policy, StepResult, check_task_id
 
 _DIGIT_RE = re.compile(r"[0-9]")
+_RESULT_RE = re.compile(r"\b([0-9]) (higher|lower|correct)\b")
+OBSERVATION_STYLES = ("short", "transcript")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +55,14 @@ class GuessConfig:
     num_tasks: int = 1000
     closeness_weight: float = 0.5
     solve_penalty: float = 0.1
+    observation: str = "short"
 
     def __post_init__(self) -> None:
+        if self.observation not in OBSERVATION_STYLES:
+            raise ValueError(
+                f"observation must be one of {', '.join(OBSERVATION_STYLES)}, "
+                f"not {self.observation!r}"
+            )
         if not 2 <= self.num_values <= 10:
             raise ValueError("num_values must be in [2, 10] (one decimal digit per guess)")
         if self.max_turns < 1 or self.num_tasks < 1:
@@ -85,7 +98,20 @@ class GuessEnv:
         self._score = 0.0
         self._best_closeness = 0.0
         self._done = False
+        self._history: list[str] = []
+        if self.config.observation == "transcript":
+            return Observation(self._transcript("start"), turn=0)
         return Observation(f"guess 0-{self.config.num_values - 1}\n", turn=0)
+
+    def _transcript(self, result: str, done: bool = False) -> str:
+        cfg = self.config
+        history = ", ".join(self._history) or "none"
+        turn = "over" if done else f"turn {self._turn + 1} of {cfg.max_turns}"
+        return (
+            f"[guess game, {turn}] Reply with "
+            f"<tool>guess N</tool>, N in 0-{cfg.num_values - 1}. "
+            f"Result: {result}. History: {history}.\n"
+        )
 
     def step(self, action_text: str) -> StepResult:
         if self._secret is None:
@@ -111,6 +137,9 @@ class GuessEnv:
         reward = max(0.0, score - self._score)
         self._score = max(score, self._score)
         self._done = feedback == "correct" or self._turn >= self.max_turns
+        if cfg.observation == "transcript":
+            self._history.append(text.strip())
+            text = self._transcript(text.strip(), self._done)
         info = {"guess": guess, "feedback": feedback, "score": round(self._score, 6)}
         if self._done:
             info["solved"] = feedback == "correct"
@@ -135,13 +164,12 @@ def oracle_policy(num_values: int = 10) -> Policy:
 
     def act(transcript: Sequence[str]) -> str:
         low, high = 0, num_values - 1
-        for obs in transcript[2::2]:  # observations after each action
-            parts = obs.split()
-            if len(parts) == 2 and parts[0].isdigit():
-                g = int(parts[0])
-                if parts[1] == "higher":
+        for obs in transcript[2::2]:  # observations after each action (either style)
+            for digit, feedback in _RESULT_RE.findall(obs):
+                g = int(digit)
+                if feedback == "higher":
                     low = max(low, g + 1)
-                elif parts[1] == "lower":
+                elif feedback == "lower":
                     high = min(high, g - 1)
         return f"<tool>guess {(low + high) // 2}</tool>"
 

@@ -106,3 +106,33 @@ def test_parse_guess_and_config_validation():
         GuessConfig(closeness_weight=0.9)
     with pytest.raises(RuntimeError):
         GuessEnv().step("1")
+
+
+def test_transcript_observations_play_the_same_game_with_longer_prompts():
+    """The transcript style re-renders the state each turn (~100 bytes) with the same
+    rewards, ends and infos as the short style for the same actions."""
+    import random as _random
+
+    from pearl.envs.learnable import GuessEnv
+
+    rng = _random.Random(5)
+    for task in range(20):
+        short, long = GuessEnv(), GuessEnv(observation="transcript")
+        o_short, o_long = short.reset(task), long.reset(task)
+        assert len(o_short.text) < 20 and 80 <= len(o_long.text) <= 160
+        done = False
+        while not done:
+            action = rng.choice(["guess 3", "x7", "<tool>guess 5</tool>", "no digit", "9"])
+            a, b = short.step(action), long.step(action)
+            assert (a.reward, a.done, a.info) == (b.reward, b.done, b.info)
+            assert a.observation.text.strip() in b.observation.text
+            assert 80 <= len(b.observation.text) <= 200
+            done = a.done
+        assert "over" in b.observation.text
+
+
+def test_unknown_observation_style_is_refused():
+    from pearl.envs.learnable import GuessEnv
+
+    with pytest.raises(ValueError, match="observation must be one of"):
+        GuessEnv(observation="verbose")
