@@ -75,6 +75,11 @@ def test_config_errors_name_file_and_field(tmp_path, calls):
     assert "'cluster.bogus'" in out
     out = _fails([str(_config(tmp_path, "seed: [1\n"))])
     assert "cfg.yaml:line" in out
+    text = "controller: {mode_switch_threshold: 0.02, ratio_switch_threshold: 0.05}\n"
+    out = _fails([str(_config(tmp_path, text))])
+    assert "'controller'" in out and "ratio_switch_threshold must be <=" in out
+    out = _fails([str(_config(tmp_path, "controller: {mode_switch_threshold: 1.5}\n"))])
+    assert "'controller.mode_switch_threshold'" in out
     out = _fails([str(tmp_path / "missing.yaml")])
     assert "missing.yaml" in out and "not found" in out
     assert calls == []
