@@ -23,8 +23,10 @@ metadata is refreshed when a worker restores its device state).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -94,43 +96,17 @@ _NO_NUMPY = {torch.bfloat16: torch.int16}  # torch dtypes numpy lacks: ship thei
 def encode_tensors(obj: Any) -> Any:
     """Replace every CPU/GPU torch tensor inside `obj` by a numpy-backed `_Tensor`.
 
-    Walks dataclasses, dicts, lists and tuples; other values are returned as they are.
-    Tensors are moved to CPU (a copy for device tensors, a view for CPU tensors).
+    Walks dataclasses, dicts, lists and tuples; other values are returned as they are, and
+    so is every container holding no tensor (no rebuild: a KV payload's token-id tuple is
+    not walked element by element). Tensors are moved to CPU (a copy for device tensors, a
+    view for CPU tensors).
     """
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        t = t.contiguous()
-        bits = _NO_NUMPY.get(t.dtype)
-        arr = (t.view(bits) if bits is not None else t).numpy()
-        return _Tensor(arr, str(t.dtype).removeprefix("torch."))
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: encode_tensors(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        return _rebuild(obj, changes)
-    if isinstance(obj, dict):
-        return {k: encode_tensors(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(encode_tensors(v) for v in obj) if not _is_namedtuple(obj) else obj
-    return obj
+    return _walk(obj, torch.Tensor, _encode_tensor)
 
 
 def decode_tensors(obj: Any) -> Any:
     """Inverse of `encode_tensors`; tensors share memory with the (maybe read-only) buffers."""
-    if isinstance(obj, _Tensor):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # read-only buffers: we never write
-            t = torch.from_numpy(obj.array)
-        dtype = getattr(torch, obj.dtype)
-        return t.view(dtype) if dtype in _NO_NUMPY else t
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: decode_tensors(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        return _rebuild(obj, changes)
-    if isinstance(obj, dict):
-        return {k: decode_tensors(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(decode_tensors(v) for v in obj) if not _is_namedtuple(obj) else obj
-    return obj
+    return _walk(obj, _Tensor, _decode_tensor)
 
 
 def payload_num_bytes(obj: Any) -> int:
@@ -141,13 +117,71 @@ def payload_num_bytes(obj: Any) -> int:
         return int(obj.nbytes)
     if isinstance(obj, _Tensor):
         return int(obj.array.nbytes)
+    if type(obj) in _SCALARS:
+        return 0
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return sum(payload_num_bytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+        return sum(payload_num_bytes(getattr(obj, name)) for name in _field_names(type(obj)))
     if isinstance(obj, dict):
         return sum(payload_num_bytes(v) for v in obj.values())
     if isinstance(obj, (list, tuple)):
-        return sum(payload_num_bytes(v) for v in obj)
+        return 0 if _all_scalars(obj) else sum(payload_num_bytes(v) for v in obj)
     return 0
+
+
+def _encode_tensor(obj: torch.Tensor) -> _Tensor:
+    t = obj.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    bits = _NO_NUMPY.get(t.dtype)
+    arr = (t.view(bits) if bits is not None else t).numpy()
+    return _Tensor(arr, str(t.dtype).removeprefix("torch."))
+
+
+def _decode_tensor(obj: _Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only buffers: we never write
+        t = torch.from_numpy(obj.array)
+    dtype = getattr(torch, obj.dtype)
+    return t.view(dtype) if dtype in _NO_NUMPY else t
+
+
+_SCALARS = frozenset({int, float, str, bytes, bool, type(None)})
+
+
+def _all_scalars(seq: list | tuple) -> bool:
+    return all(type(x) in _SCALARS for x in seq)
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _walk(obj: Any, leaf: type, convert: Callable[[Any], Any]) -> Any:
+    """`obj` with every instance of `leaf` replaced by `convert(leaf)`; a container with
+    nothing to replace is returned itself (identity), so unchanged parts are not copied."""
+    if isinstance(obj, leaf):
+        return convert(obj)
+    if type(obj) in _SCALARS:
+        return obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {}
+        for name in _field_names(type(obj)):
+            old = getattr(obj, name)
+            new = _walk(old, leaf, convert)
+            if new is not old:
+                changes[name] = new
+        return _rebuild(obj, changes) if changes else obj
+    if isinstance(obj, dict):
+        items = {k: _walk(v, leaf, convert) for k, v in obj.items()}
+        return items if any(items[k] is not v for k, v in obj.items()) else obj
+    if isinstance(obj, (list, tuple)) and not _is_namedtuple(obj):
+        if _all_scalars(obj):
+            return obj
+        items = [_walk(v, leaf, convert) for v in obj]
+        return type(obj)(items) if any(a is not b for a, b in zip(items, obj, strict=True)) else obj
+    return obj
 
 
 def _rebuild(obj: Any, changes: dict[str, Any]) -> Any:

@@ -133,3 +133,22 @@ def test_register_transport_adds_a_named_transport() -> None:
     for bad in (Nameless, NoRelease):
         with pytest.raises(ValueError):
             register_transport(bad)
+
+
+def test_codec_leaves_tensor_free_parts_alone() -> None:
+    """Containers without tensors come back as the same objects (not walked and rebuilt);
+    tensors nested anywhere are still encoded, and decoding restores them."""
+    ids = tuple(range(1000))
+    meta = {"ids": ids, "names": ["a", "b"], "n": 3}
+    enc = encode_tensors(meta)
+    assert enc is meta
+    p = _payload()
+    enc_p = encode_tensors(p)
+    assert enc_p is not p
+    assert enc_p.token_ids is p.token_ids
+    assert not isinstance(enc_p.extra["ids"][0], torch.Tensor)
+    assert payload_num_bytes(enc_p) == payload_num_bytes(p)
+    mixed = [1, "x", torch.ones(2), (2.0, None)]
+    dec = decode_tensors(encode_tensors(mixed))
+    assert dec[:2] == [1, "x"] and dec[3] is mixed[3] and torch.equal(dec[2], mixed[2])
+    assert payload_num_bytes(ids) == 0
