@@ -27,6 +27,7 @@ from pearl.control.plan import config_of
 from pearl.control.policies import get_policy
 from pearl.control.state import ClusterState, Gpu, Status, Zone
 from pearl.runtime.device_prior import slot_prior
+from pearl.runtime.lending import Lending
 from pearl.runtime.pipeline import TrainingPipeline
 from pearl.runtime.run_config import RunConfig, dump_run_config
 from pearl.runtime.snapshots import REGISTRY_NAME as REGISTRY
@@ -50,7 +51,7 @@ def run(
     return asyncio.run(driver.main())
 
 
-class Driver(TrainingPipeline):
+class Driver(TrainingPipeline, Lending):
     def __init__(
         self, cfg: RunConfig, out_dir: Path, *, resume: bool, live: bool, config_dir: Path | None
     ) -> None:
@@ -78,6 +79,7 @@ class Driver(TrainingPipeline):
         self.expected_rollout_s = 30.0
         self.events_log: list[str] = []
         self.late_returns = 0
+        self.restore_deferred: set[str] = set()  # restored by _return_after_parks
         self._last_state: ClusterState | None = None
         self._num_decisions = 0
 
@@ -89,7 +91,7 @@ class Driver(TrainingPipeline):
         self.queue.put_nowait(event)
 
     def record(self, kind: str, payload: Any) -> None:
-        if kind in ("interrupt", "resume"):
+        if kind in ("interrupt", "resume", "park", "activation"):
             self.recorder.record_event(
                 self.now(),
                 kind,
@@ -194,7 +196,14 @@ class Driver(TrainingPipeline):
             max_model_len=cfg.rollout.max_context_tokens + cfg.rollout.max_new_tokens,
             torch_threads=cfg.engine.torch_threads,
         )
-        self.world = RayWorld(cfg, spec, emit=self.emit, now=self.now, on_record=self.record)
+        self.world = RayWorld(
+            cfg,
+            spec,
+            emit=self.emit,
+            now=self.now,
+            on_record=self.record,
+            training_slots=tuple(g.gpu_id for g in self.training_gpus),
+        )
         if ckpt is not None:
             self.world.restored_done = {
                 d["traj_id"]: RuntimeTrajectory.from_json(d) for d in ckpt["done_trajectories"]
@@ -202,6 +211,8 @@ class Driver(TrainingPipeline):
         policy = dataclasses.replace(
             get_policy(cfg.controller.policy), max_staleness=cfg.rollout.max_staleness
         )
+        if policy.borrow != "never":  # overlap workers exist from the start, parked (§5)
+            self.world.prestart_parked()
         dedicated = tuple(
             Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated)
         )
@@ -291,28 +302,8 @@ class Driver(TrainingPipeline):
         if isinstance(c, cmd.StartRolloutBatch):
             self.step_started.setdefault(c.step, self.now())
             self.step_predicted.setdefault(c.step, self._predict_makespan())
-        if isinstance(c, cmd.OffloadTraining):
-            self.lent |= set(c.gpu_ids)
-            self.trainer.release.remote()
-            self.note("borrow", self._last_decision("borrow"), gpus=list(c.gpu_ids))
-            return
-        if isinstance(c, cmd.RestoreTraining):
-            self.trainer.restore.remote()
-            return
-        if isinstance(c, cmd.ReleaseGpus):
-            if c.to == "training":
-                self.lent -= set(c.gpu_ids)
-                on_time = self.wants_deadline is None or self.now() <= self.wants_deadline
-                self.late_returns += 0 if on_time else 1
-                self.note(
-                    "return",
-                    self._last_decision("return") or "borrow window over",
-                    gpus=list(c.gpu_ids),
-                    on_time=on_time,
-                )
-                if not self.lent:
-                    self.wants_deadline = None
-                    self._maybe_train()
+        if isinstance(c, cmd.OffloadTraining | cmd.RestoreTraining | cmd.ReleaseGpus):
+            self._lend(c)
             return
         if isinstance(c, cmd.AdmitGroup):
             self.note(

@@ -92,6 +92,12 @@ class ClusterSection(_M):
     worker_init_failure_rate: float = Field(
         0.0, ge=0, le=1, description="Chaos testing: probability a worker start fails."
     )
+    park_borrowed_workers: bool = Field(
+        True,
+        description="Keep rollout workers on borrowed training slots alive between borrows "
+        "(parked, device state released; pre-started at run start) and activate them, "
+        "instead of starting and killing a worker process per borrow.",
+    )
 
 
 class TraceSection(_M):

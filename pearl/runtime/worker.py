@@ -22,10 +22,13 @@ lock between two steps. So:
   everything generated so far (token ids and logprobs), and so does the return value.
 * `release()` / `restore()` free and rebuild device state (weights and KV) while the
   process stays alive (intra-scale borrowing, paper §4.6); release interrupts live turns.
+* `park()` interrupts live turns, releases device state and refuses requests while the
+  process stays alive; `activate_as(worker_id, role)` restores device state under a new
+  worker id and role and admits again (borrowed training devices, paper §4.6, §5).
 * `sync_weights(version_or_snapshot)` pulls a weight snapshot from the object store in the
   background (serving continues) and installs it between two steps.
 
-Bad requests (too long for the context limit, wrong role, worker draining or released)
+Bad requests (too long for the context limit, wrong role, worker draining, parked or released)
 get an error result; they never crash the actor. Telemetry (`TurnRecord` per finished or
 interrupted turn, `WorkerStepRecord` per engine step) is collected with `telemetry()`.
 """
@@ -33,6 +36,7 @@ interrupted turn, `WorkerStepRecord` per engine step) is collected with `telemet
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,6 +102,7 @@ class RolloutWorker(WorkerControl):
         self._lock = asyncio.Lock()
         self._loop_task: asyncio.Task | None = None
         self._accepting = True
+        self._parked = False
         self._rollout_step = 0
         self._syncing: int | None = None
 
@@ -114,6 +119,8 @@ class RolloutWorker(WorkerControl):
             num_running=len(self._live),
             weight_version=self.engine.weight_version,
             released=self.engine.is_released,
+            parked=self._parked,
+            pid=os.getpid(),
             node_id=_node_id(),
             num_engine_steps=self.sink.num_steps,
             syncing_version=self._syncing,
@@ -207,6 +214,8 @@ class RolloutWorker(WorkerControl):
     def _refusal(
         self, request: TurnRequest, prefill: PrefillResult | None, prefill_only: bool
     ) -> str:
+        if self._parked:
+            return f"worker {self.worker_id} is parked and admits no request"
         if not self._accepting:
             return f"worker {self.worker_id} is draining and admits no request"
         if self.engine.is_released:

@@ -189,6 +189,8 @@ class WorkerStatus:
     node_id: str
     num_engine_steps: int
     syncing_version: int | None = None
+    parked: bool = False  # parked: device state released, admits nothing until activated
+    pid: int = 0  # the actor's process (kept across park and activation)
     engine_build_s: float = 0.0  # time __init__ spent building the engine (start breakdown)
 
 

@@ -1,10 +1,12 @@
-"""Control calls of a rollout worker: role, drain, interrupt, device state, weights.
+"""Control calls of a rollout worker: role, drain, interrupt, device state, weights, parking.
 
 A mixin of `RolloutWorker` (pearl/runtime/worker.py), split out to keep each module small;
 it uses the worker's engine, lock and table of live turns. Every call that touches the
 engine takes the worker's lock, so it runs between two engine steps (paper §4.4: role
 changes in place; §4.5: interrupt with preservation; §4.6: release/restore of device state
-while the process stays; §5: background weight pull).
+while the process stays; §5: background weight pull; §4.6/§5: overlap workers are kept
+alive across handoffs, parked with their device state released and activated again under
+a new worker id).
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ class WorkerControl:
 
     engine: Any
     role: Role
+    worker_id: str
+    sink: Any
     registry_name: str
     _lock: asyncio.Lock
     _live: dict[str, Any]
     _accepting: bool
+    _parked: bool
     _syncing: int | None
 
     def _finish(self, live: Any, tokens: Any, logprobs: Any, reason: str | None, **kw: Any) -> None:
@@ -96,6 +101,34 @@ class WorkerControl:
         t0 = time.perf_counter()
         async with self._lock:
             await asyncio.to_thread(self.engine.restore)
+        return (time.perf_counter() - t0) * 1000.0
+
+    async def park(self) -> float:
+        """Park the worker: stop admitting, interrupt every turn in flight (each caller gets
+        its `interrupted` result with everything generated so far, as with `interrupt()`),
+        free device state (weights and KV); the process stays alive and keeps the weights
+        off the device. Returns the time it took in ms. Idempotent."""
+        t0 = time.perf_counter()
+        self._accepting = False
+        self._parked = True
+        async with self._lock:  # one hold: no turn can slip in between abort and release
+            self._abort_locked(None, INTERRUPTED)
+            await asyncio.to_thread(self.engine.release)
+        return (time.perf_counter() - t0) * 1000.0
+
+    async def activate_as(self, worker_id: str, role: Role | str) -> float:
+        """Unpark under a new identity: take `worker_id` and `role` (results and telemetry
+        records from now on carry the new id), restore device state and admit again.
+        The weights are those kept at park (or loaded since): the caller syncs them to the
+        current version afterwards. Returns the time it took in ms."""
+        t0 = time.perf_counter()
+        async with self._lock:
+            await asyncio.to_thread(self.engine.restore)
+            self.worker_id = worker_id
+            self.sink.worker_id = worker_id
+            self.role = Role(role)
+            self._parked = False
+            self._accepting = True
         return (time.perf_counter() - t0) * 1000.0
 
     async def sync_weights(self, target: int | Snapshot) -> int:

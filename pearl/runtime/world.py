@@ -4,7 +4,9 @@
 of every trajectory. Each command starts asynchronous work whose completion is put on the
 event queue as a controller event (see `pearl.control.commands` for the pairing). The
 driver (`pearl.runtime.driver`) pops events, hands them to the controller and passes the
-commands back here, so the world never decides anything itself.
+commands back here, so the world never decides anything itself. Worker commands (start,
+activate a parked worker, sync, role, drain, interrupt, stop or park) are in
+`pearl.runtime.world_workers`; parked workers on training slots in `pearl.runtime.parking`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.envs.pool import EnvPool
 from pearl.runtime.engine import ByteTokenizer, SamplingParams
+from pearl.runtime.parking import ParkingLot
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
 from pearl.runtime.worker_api import (
@@ -31,13 +34,12 @@ from pearl.runtime.worker_api import (
     TurnResult,
     collect_turn,
 )
+from pearl.runtime.world_workers import WorkerCommands, kill_handle
 
 log = logging.getLogger(__name__)
 
-INIT_TIMEOUT_S = 120.0
 
-
-class RayWorld:
+class RayWorld(WorkerCommands):
     """Executes commands; `emit(event)` feeds the driver's queue. See the module docstring."""
 
     def __init__(
@@ -48,6 +50,7 @@ class RayWorld:
         emit: Callable[[Any], None],
         now: Callable[[], float],
         on_record: Callable[[str, Any], None],
+        training_slots: tuple[str, ...] = (),
     ) -> None:
         self.cfg = cfg
         self.engine_spec = engine_spec
@@ -69,13 +72,34 @@ class RayWorld:
         )
         self.num_tasks = getattr(self.env, "num_tasks", None)
         self.tasks: set[asyncio.Task] = set()
-        self.counters = {"interrupts": 0, "resumes": 0, "init_failures": 0, "turns": 0}
+        self.counters = {
+            "interrupts": 0,
+            "resumes": 0,
+            "init_failures": 0,
+            "turns": 0,
+            "parks": 0,
+            "activations": 0,
+        }
+        self.starting: set[str] = set()  # InitWorker executed, not ready/failed/stopped yet
+        self.slots_of: dict[str, tuple[str, ...]] = {}
+        # slot -> the trainer's release call (ObjectRef) a worker there must wait for
+        self.device_free: dict[str, Any] = {}
+        self.lot = ParkingLot(
+            training_slots,
+            enabled=cfg.cluster.park_borrowed_workers,
+            start=self._start,
+            spawn=self.spawn,
+            kill=kill_handle,
+            on_record=on_record,
+            counters=self.counters,
+        )
 
     # -- plumbing ------------------------------------------------------------------------
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
@@ -97,85 +121,6 @@ class RayWorld:
             log.debug("world: nothing to do for %s", type(c).__name__)
             return
         handler(c)
-
-    def _do_InitWorker(self, c: cmd.InitWorker) -> None:
-        self.spawn(self._init_worker(c))
-
-    async def _init_worker(self, c: cmd.InitWorker) -> None:
-        from pearl.runtime.worker import start_worker
-
-        if self.rng.random() < self.cfg.cluster.worker_init_failure_rate:
-            await asyncio.sleep(0.2)
-            self.counters["init_failures"] += 1
-            self.emit(
-                ev.WorkerInitFailed(self.now(), c.worker_id, "injected start failure (chaos)")
-            )
-            return
-        try:
-            handle = start_worker(
-                c.worker_id, c.role, c.gpu_ids, self.engine_spec, use_cuda=self.cfg.cluster.use_cuda
-            )
-            self.workers[c.worker_id] = handle
-            await asyncio.wait_for(_aget(handle.ready.remote()), INIT_TIMEOUT_S)
-        except Exception as err:  # noqa: BLE001 - any start failure cancels the group
-            if c.worker_id not in self.workers:
-                return  # stopped on purpose while starting (its group was cancelled)
-            self.counters["init_failures"] += 1
-            self._kill(c.worker_id)
-            self.emit(
-                ev.WorkerInitFailed(self.now(), c.worker_id, f"{type(err).__name__}: {err}"[:200])
-            )
-            return
-        self.emit(ev.WorkerReady(self.now(), c.worker_id))
-
-    def _do_SyncWeights(self, c: cmd.SyncWeights) -> None:
-        async def run() -> None:
-            h = self.workers.get(c.worker_id)
-            if h is None:
-                return
-            try:
-                version = await _aget(h.sync_weights.remote(c.version))
-            except Exception as err:  # noqa: BLE001 - its node is gone: GpusGone follows
-                log.info("sync of %s failed: %s", c.worker_id, err)
-                return
-            self.emit(ev.WeightsSynced(self.now(), c.worker_id, version))
-
-        self.spawn(run())
-
-    def _do_ChangeRole(self, c: cmd.ChangeRole) -> None:
-        h = self.workers.get(c.worker_id)
-        if h is not None:
-            h.set_role.remote(c.role.value)
-
-    def _do_Drain(self, c: cmd.Drain) -> None:
-        async def run() -> None:
-            h = self.workers.get(c.worker_id)
-            if h is not None:
-                try:
-                    await _aget(h.drain.remote())
-                except Exception:  # noqa: BLE001 - a dead worker holds nothing
-                    pass
-            self.emit(ev.WorkerDrained(self.now(), c.worker_id))
-
-        self.spawn(run())
-
-    def _do_Interrupt(self, c: cmd.Interrupt) -> None:
-        h = self.workers.get(c.worker_id)
-        if h is not None:  # in-flight turns come back interrupted through their own calls
-            h.interrupt.remote()
-
-    def _do_StopWorker(self, c: cmd.StopWorker) -> None:
-        self._kill(c.worker_id)
-
-    def _kill(self, worker_id: str) -> None:
-        import ray
-
-        h = self.workers.pop(worker_id, None)
-        if h is not None:
-            try:
-                ray.kill(h, no_restart=True)
-            except Exception:  # noqa: BLE001 - already dead with its node
-                pass
 
     def _do_StartRolloutBatch(self, c: cmd.StartRolloutBatch) -> None:
         for tid in c.traj_ids:
@@ -377,13 +322,14 @@ class RayWorld:
                 steps.extend(ws)
             except Exception:  # noqa: BLE001 - a dead or busy worker reports nothing
                 continue
-        return [], steps
+        return [], [*self.lot.take_steps(), *steps]
 
     async def shutdown(self) -> None:
         for t in list(self.tasks):
             t.cancel()
         for wid in list(self.workers):
             self._kill(wid)
+        self.lot.kill_all()
         self.env.shutdown()
 
 

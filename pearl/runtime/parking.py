@@ -1,0 +1,193 @@
+"""Parked rollout workers on training device slots (paper §4.6, §5; issue 7).
+
+The paper borrows idle training GPUs by time-sharing: overlap workers are Ray actors kept
+alive across handoffs, and only their device state moves. `ParkingLot` keeps those actors
+for `RayWorld`, keyed by the tuple of device slots they are bound to:
+
+* `park(worker_id, handle, slots)`: a borrowed worker that must go back to training is
+  parked (`RolloutWorker.park`: in-flight turns come back interrupted with their prefix,
+  weights and KV leave the device) instead of killed; the process stays.
+* `prestart(slots)`: at run start a worker is started on the slots and parked at once, so
+  that even the first borrow is an activation, not a process start.
+* `take(slots)`: the next borrow of exactly those slots gets the parked actor (after any
+  park or pre-start of overlapping slots has finished); actors parked on a different
+  grouping of those slots are killed so that a fresh worker can bind them.
+* `waiting(slots)`: parks and pre-starts still running on the slots; the driver lets the
+  trainer restore its device state only after they have released theirs.
+
+Parks and activations are counted (`counters["parks"]`, `counters["activations"]` belong
+to the world) and recorded through `on_record`. A park that fails kills the actor (the
+slots are never lost); worker step records drained at park are kept for the next
+telemetry drain, and a parked actor is never asked for telemetry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PARK_TIMEOUT_S = 60.0
+PRESTART_TIMEOUT_S = 120.0
+
+Slots = tuple[str, ...]
+
+
+class ParkingLot:
+    """Parked worker actors by device slots. See the module docstring.
+
+    `start(worker_id, role, slots)` creates a worker actor (`start_worker`); `spawn(coro)`
+    runs a coroutine as a task of the world and returns it; `kill(handle)` ends an actor.
+    With `enabled=False` nothing is ever parked (`owns` is False): the start/stop runtime.
+    """
+
+    def __init__(
+        self,
+        training_slots: tuple[str, ...],
+        *,
+        enabled: bool,
+        start: Callable[[str, str, Slots], Any],
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task],
+        kill: Callable[[Any], None],
+        on_record: Callable[[str, Any], None],
+        counters: dict[str, int],
+    ) -> None:
+        self.training_slots = frozenset(training_slots)
+        self.enabled = enabled
+        self._start = start
+        self._spawn = spawn
+        self._kill = kill
+        self.on_record = on_record
+        self.counters = counters
+        self.parked: dict[Slots, Any] = {}
+        self.pending: dict[Slots, asyncio.Task] = {}
+        self._in_flight: dict[Slots, Any] = {}  # handles being parked or pre-started
+        self._steps: list[Any] = []
+
+    def owns(self, slots: Slots) -> bool:
+        """Workers on these slots are parked rather than killed (all are training slots)."""
+        return self.enabled and bool(slots) and self.training_slots.issuperset(slots)
+
+    # -- parking ------------------------------------------------------------------------------
+    def park(self, worker_id: str, handle: Any, slots: Slots, *, reason: str) -> asyncio.Task:
+        """Park `handle` (it was worker `worker_id`) in the background; returns the task."""
+        slots = tuple(slots)
+        self._in_flight[slots] = handle
+        task = self._spawn(self._park(worker_id, handle, slots, reason))
+        self._pending(slots, task)
+        return task
+
+    async def _park(self, worker_id: str, handle: Any, slots: Slots, reason: str) -> bool:
+        try:
+            park_ms = await asyncio.wait_for(_aget(handle.park.remote()), PARK_TIMEOUT_S)
+            _, steps = await asyncio.wait_for(_aget(handle.telemetry.remote()), 10.0)
+        except Exception as err:  # noqa: BLE001 - a worker that cannot park is stopped
+            self._in_flight.pop(slots, None)
+            self._kill(handle)
+            log.info("park of %s failed (%s): killed", worker_id, err)
+            self.on_record("error", f"park of {worker_id} failed: {type(err).__name__}: {err}")
+            return False
+        self._in_flight.pop(slots, None)
+        self._steps.extend(steps)
+        old = self.parked.pop(slots, None)
+        if old is not None and old is not handle:
+            self._kill(old)
+        self.parked[slots] = handle
+        self.counters["parks"] = self.counters.get("parks", 0) + 1
+        self.on_record(
+            "park",
+            {
+                "reason": reason,
+                "worker": worker_id,
+                "gpus": list(slots),
+                "park_ms": round(float(park_ms), 2),
+            },
+        )
+        return True
+
+    def prestart(self, slots: Slots) -> asyncio.Task:
+        """Start a worker on `slots` in the background and park it as soon as it is ready."""
+        slots = tuple(slots)
+        task = self._spawn(self._prestart(slots))
+        self._pending(slots, task)
+        return task
+
+    async def _prestart(self, slots: Slots) -> bool:
+        worker_id = "parked-" + "-".join(slots)
+        try:
+            handle = self._start(worker_id, "colocated", slots)
+            self._in_flight[slots] = handle
+            await asyncio.wait_for(_aget(handle.ready.remote()), PRESTART_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - a borrow then starts a fresh worker
+            h = self._in_flight.pop(slots, None)
+            if h is not None:
+                self._kill(h)
+            self.on_record("error", f"pre-start on {list(slots)} failed: {err}"[:300])
+            return False
+        return await self._park(worker_id, handle, slots, "pre-started overlap worker")
+
+    def _pending(self, slots: Slots, task: asyncio.Task) -> None:
+        self.pending[slots] = task
+
+        def done(t: asyncio.Task) -> None:
+            if self.pending.get(slots) is t:
+                del self.pending[slots]
+
+        task.add_done_callback(done)
+
+    def waiting(self, slots: Slots) -> list[asyncio.Task]:
+        """Parks and pre-starts still running on any of `slots`."""
+        want = set(slots)
+        return [t for s, t in self.pending.items() if want.intersection(s) and not t.done()]
+
+    # -- activation ----------------------------------------------------------------------------
+    async def take(self, slots: Slots) -> Any | None:
+        """The actor parked on exactly `slots` (removed from the lot), or None. Waits for
+        parks and pre-starts on those slots first; kills actors parked on overlapping but
+        different slot tuples (their slots must be free for a fresh start)."""
+        slots = tuple(slots)
+        while waiting := self.waiting(slots):
+            await asyncio.wait(waiting)
+        handle = self.parked.pop(slots, None)
+        for other in [s for s in self.parked if set(s).intersection(slots)]:
+            self._kill(self.parked.pop(other))
+        return handle
+
+    def put_back(self, slots: Slots, handle: Any) -> None:
+        """Return a taken actor that was never activated (still parked) to the lot."""
+        old = self.parked.pop(tuple(slots), None)
+        if old is not None and old is not handle:
+            self._kill(old)
+        self.parked[tuple(slots)] = handle
+
+    def record_activation(self, worker_id: str, slots: Slots, role: str, ms: float) -> None:
+        self.counters["activations"] = self.counters.get("activations", 0) + 1
+        self.on_record(
+            "activation",
+            {
+                "reason": f"parked worker on {list(slots)} activated as {worker_id} ({role})",
+                "worker": worker_id,
+                "gpus": list(slots),
+                "role": role,
+                "activation_ms": round(float(ms), 2),
+            },
+        )
+
+    # -- telemetry and the end ---------------------------------------------------------------------
+    def take_steps(self) -> list[Any]:
+        """Worker step records drained from workers when they were parked."""
+        steps, self._steps = self._steps, []
+        return steps
+
+    def kill_all(self) -> None:
+        for handle in [*self.parked.values(), *self._in_flight.values()]:
+            self._kill(handle)
+        self.parked.clear()
+        self._in_flight.clear()
+
+
+async def _aget(ref: Any) -> Any:
+    return await ref

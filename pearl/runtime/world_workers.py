@@ -1,0 +1,226 @@
+"""Worker commands of the real world: start, activate, sync, role, drain, interrupt, stop.
+
+A mixin of `RayWorld` (pearl/runtime/world.py), split out to keep each module small; it
+uses the world's config, event queue, worker table and `ParkingLot`. Workers on training
+device slots are borrowed ones (paper §4.6, §5): with `cluster.park_borrowed_workers` a
+StopWorker parks them (the process stays; device state is released) and the next
+InitWorker on the same slots activates the parked actor under the new worker id, falling
+back to a fresh actor when activation fails. The chaos option
+`cluster.worker_init_failure_rate` applies to every InitWorker, activation or start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from pearl.control import commands as cmd
+from pearl.control import events as ev
+from pearl.runtime.parking import ParkingLot
+from pearl.runtime.run_config import RunConfig
+from pearl.runtime.worker_api import EngineSpec
+
+log = logging.getLogger(__name__)
+
+INIT_TIMEOUT_S = 120.0
+
+
+class WorkerCommands:
+    """Attributes are set by `RayWorld.__init__`."""
+
+    cfg: RunConfig
+    engine_spec: EngineSpec
+    emit: Callable[[Any], None]
+    now: Callable[[], float]
+    on_record: Callable[[str, Any], None]
+    rng: random.Random
+    workers: dict[str, Any]
+    counters: dict[str, int]
+    starting: set[str]
+    slots_of: dict[str, tuple[str, ...]]
+    device_free: dict[str, Any]
+    lot: ParkingLot
+
+    def spawn(self, coro: Any) -> asyncio.Task:
+        raise NotImplementedError
+
+    def _do_InitWorker(self, c: cmd.InitWorker) -> None:
+        self.starting.add(c.worker_id)
+        self.slots_of[c.worker_id] = tuple(c.gpu_ids)
+        self.spawn(self._init_worker(c))
+
+    async def _init_worker(self, c: cmd.InitWorker) -> None:
+        """Activate the worker parked on the slots if there is one, else start a new actor;
+        WorkerReady or WorkerInitFailed follows (nothing if it was stopped meanwhile)."""
+        if self.rng.random() < self.cfg.cluster.worker_init_failure_rate:
+            await asyncio.sleep(0.2)
+            self.starting.discard(c.worker_id)
+            self.slots_of.pop(c.worker_id, None)
+            self.counters["init_failures"] += 1
+            self.emit(
+                ev.WorkerInitFailed(self.now(), c.worker_id, "injected start failure (chaos)")
+            )
+            return
+        slots = tuple(c.gpu_ids)
+        await self._device_free(slots)
+        if c.worker_id not in self.starting:  # stopped while the trainer released
+            return
+        if self.lot.owns(slots):
+            handle = await self.lot.take(slots)
+            if c.worker_id not in self.starting:  # stopped while waiting for the slots
+                if handle is not None:
+                    self.lot.put_back(slots, handle)
+                return
+            if handle is not None and await self._activate(c, handle):
+                return
+            if c.worker_id not in self.starting:
+                return
+        await self._start_fresh(c)
+
+    async def _activate(self, c: cmd.InitWorker, handle: Any) -> bool:
+        """Unpark `handle` as `c.worker_id`; False: it failed and was killed (start anew)."""
+        self.workers[c.worker_id] = handle
+        try:
+            ms = await asyncio.wait_for(
+                _aget(handle.activate_as.remote(c.worker_id, c.role)), INIT_TIMEOUT_S
+            )
+        except Exception as err:  # noqa: BLE001 - fall back to a fresh worker
+            log.info("activation of %s failed: %s", c.worker_id, err)
+            self.on_record("error", f"activation of {c.worker_id} failed: {err}"[:300])
+            if c.worker_id in self.workers:
+                self._kill(c.worker_id)
+            return False
+        if c.worker_id not in self.workers:
+            return True  # stopped while activating: the stop parked it again
+        self.starting.discard(c.worker_id)
+        self.lot.record_activation(c.worker_id, tuple(c.gpu_ids), str(c.role), ms)
+        self.emit(ev.WorkerReady(self.now(), c.worker_id))
+        return True
+
+    async def _start_fresh(self, c: cmd.InitWorker) -> None:
+        try:
+            handle = self._start(c.worker_id, c.role, tuple(c.gpu_ids))
+            self.workers[c.worker_id] = handle
+            await asyncio.wait_for(_aget(handle.ready.remote()), INIT_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - any start failure cancels the group
+            if c.worker_id not in self.workers:
+                return  # stopped on purpose while starting (its group was cancelled)
+            self.starting.discard(c.worker_id)
+            self.slots_of.pop(c.worker_id, None)
+            self.counters["init_failures"] += 1
+            self._kill(c.worker_id)
+            self.emit(
+                ev.WorkerInitFailed(self.now(), c.worker_id, f"{type(err).__name__}: {err}"[:200])
+            )
+            return
+        if c.worker_id not in self.workers:
+            return  # stopped while its engine was being built
+        self.starting.discard(c.worker_id)
+        self.emit(ev.WorkerReady(self.now(), c.worker_id))
+
+    def _start(self, worker_id: str, role: Any, slots: tuple[str, ...]) -> Any:
+        from pearl.runtime.worker import start_worker
+
+        return start_worker(
+            worker_id, role, slots, self.engine_spec, use_cuda=self.cfg.cluster.use_cuda
+        )
+
+    async def _device_free(self, slots: tuple[str, ...]) -> None:
+        """Wait until the trainer has moved its state off `slots` (its release call)."""
+        refs = {id(r): r for g in slots if (r := self.device_free.pop(g, None)) is not None}
+        for ref in refs.values():
+            try:
+                await asyncio.wait_for(_aget(ref), INIT_TIMEOUT_S)
+            except Exception as err:  # noqa: BLE001 - a failed release frees nothing more
+                log.info("trainer release failed: %s", err)
+
+    def prestart_parked(self) -> int:
+        """Start one parked worker per `gpus_per_worker` training slots (run start, when the
+        policy may borrow): the first borrow is then an activation. Returns how many."""
+        if not self.lot.enabled:
+            return 0
+        k = self.cfg.cluster.gpus_per_worker
+        slots = sorted(self.lot.training_slots, key=_slot_key)
+        groups = [tuple(slots[i : i + k]) for i in range(0, len(slots) - k + 1, k)]
+        for g in groups:
+            self.lot.prestart(g)
+        return len(groups)
+
+    def parks_pending(self, slots: tuple[str, ...]) -> list[asyncio.Task]:
+        """Parks (and pre-starts) still holding device state on any of `slots`."""
+        return self.lot.waiting(tuple(slots))
+
+    def _do_SyncWeights(self, c: cmd.SyncWeights) -> None:
+        async def run() -> None:
+            h = self.workers.get(c.worker_id)
+            if h is None:
+                return
+            try:
+                version = await _aget(h.sync_weights.remote(c.version))
+            except Exception as err:  # noqa: BLE001 - its node is gone: GpusGone follows
+                log.info("sync of %s failed: %s", c.worker_id, err)
+                return
+            self.emit(ev.WeightsSynced(self.now(), c.worker_id, version))
+
+        self.spawn(run())
+
+    def _do_ChangeRole(self, c: cmd.ChangeRole) -> None:
+        h = self.workers.get(c.worker_id)
+        if h is not None:
+            h.set_role.remote(c.role.value)
+
+    def _do_Drain(self, c: cmd.Drain) -> None:
+        async def run() -> None:
+            h = self.workers.get(c.worker_id)
+            if h is not None:
+                try:
+                    await _aget(h.drain.remote())
+                except Exception:  # noqa: BLE001 - a dead worker holds nothing
+                    pass
+            self.emit(ev.WorkerDrained(self.now(), c.worker_id))
+
+        self.spawn(run())
+
+    def _do_Interrupt(self, c: cmd.Interrupt) -> None:
+        h = self.workers.get(c.worker_id)
+        if h is not None:  # in-flight turns come back interrupted through their own calls
+            h.interrupt.remote()
+
+    def _do_StopWorker(self, c: cmd.StopWorker) -> None:
+        """A worker on training slots is parked (the process stays, §4.6); others end."""
+        self.starting.discard(c.worker_id)
+        slots = self.slots_of.pop(c.worker_id, ())
+        h = self.workers.get(c.worker_id)
+        if h is not None and self.lot.owns(slots):
+            del self.workers[c.worker_id]
+            self.lot.park(c.worker_id, h, slots, reason=f"{c.worker_id} stopped: slots to training")
+            return
+        self._kill(c.worker_id)
+
+    def _kill(self, worker_id: str) -> None:
+        h = self.workers.pop(worker_id, None)
+        if h is not None:
+            kill_handle(h)
+
+
+async def _aget(ref: Any) -> Any:
+    return await ref
+
+
+def kill_handle(handle: Any) -> None:
+    import ray
+
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:  # noqa: BLE001 - already dead with its node
+        pass
+
+
+def _slot_key(slot: str) -> tuple[str, int]:
+    """`t10` after `t9`: sort slot ids by prefix, then number."""
+    head = slot.rstrip("0123456789")
+    tail = slot[len(head) :]
+    return head, int(tail) if tail else -1
