@@ -67,7 +67,8 @@ def test_park_then_activate_keeps_the_process_and_takes_the_new_id(cluster) -> N
         task = asyncio.create_task(
             collect_turn(w.serve.remote(req), req, "old", lambda ch: seen.extend(ch.token_ids))
         )
-        while len(seen) < 5:
+        deadline = time.monotonic() + 60
+        while len(seen) < 5 and not task.done() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         park_ms = await w.park.remote()
         return park_ms, await task
