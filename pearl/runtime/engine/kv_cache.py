@@ -1,7 +1,7 @@
 """Paged KV cache: block allocation with prefix caching (block hashing, ref counts, LRU).
 
 `BlockManager` is pure bookkeeping (no tensors); `KVCache` owns the per-layer K/V storage
-[num_blocks, block_size, num_kv_heads, head_dim] and copies token rows in and out (for KV
+[num_kv_heads, num_blocks, block_size, head_dim] and copies token rows in and out (for KV
 export/import between prefill and decode workers, paper §4.3.1 disaggregation).
 
 Prefix caching: a full block's hash chains the previous block's hash, the block's tokens
@@ -133,7 +133,11 @@ class BlockManager:
 
 
 class KVCache:
-    """K and V storage for all layers: [num_layers, num_blocks, block_size, kv_heads, dim]."""
+    """K and V storage for all layers, heads-major: [num_layers, kv_heads, num_blocks,
+    block_size, head_dim]. Heads-major makes a gather of blocks along dim 2 a ready
+    [kv_heads, sequences, keys, head_dim] attention operand (no transposed copy).
+    Rows exchanged with the outside (`read`/`write`, KV export/import) are token-major:
+    [num_layers, num_tokens, kv_heads, head_dim]."""
 
     def __init__(
         self,
@@ -146,13 +150,14 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device | str,
     ) -> None:
-        shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
+        shape = (num_layers, num_kv_heads, num_blocks, block_size, head_dim)
         self.block_size = block_size
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
 
     @property
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (k, v), each [kv_heads, num_blocks, block_size, head_dim]."""
         return [(self.k[i], self.v[i]) for i in range(self.k.shape[0])]
 
     @property
@@ -164,15 +169,23 @@ class KVCache:
         idx = [block_table[i // bs] * bs + i % bs for i in range(start, stop)]
         return torch.tensor(idx, dtype=torch.long, device=self.k.device)
 
+    def read_heads_major(
+        self, block_table: list[int], num_tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V of the first num_tokens tokens: each [num_layers, kv_heads, n, dim]."""
+        nb = -(-num_tokens // self.block_size)
+        blocks = torch.tensor(block_table[:nb], dtype=torch.long, device=self.k.device)
+        k = self.k.index_select(2, blocks).flatten(2, 3)[:, :, :num_tokens]
+        v = self.v.index_select(2, blocks).flatten(2, 3)[:, :, :num_tokens]
+        return k, v
+
     def read(self, block_table: list[int], num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V rows of the first num_tokens tokens: each [num_layers, n, kv_heads, dim]."""
-        slots = self.slots(block_table, 0, num_tokens)
-        flat_k = self.k.flatten(1, 2)
-        flat_v = self.v.flatten(1, 2)
-        return flat_k[:, slots], flat_v[:, slots]
+        k, v = self.read_heads_major(block_table, num_tokens)
+        return k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
 
     def write(self, block_table: list[int], k: torch.Tensor, v: torch.Tensor) -> None:
         """Store rows [num_layers, n, kv_heads, dim] as tokens 0..n-1 of block_table."""
         slots = self.slots(block_table, 0, k.shape[1])
-        self.k.flatten(1, 2)[:, slots] = k.to(self.k)
-        self.v.flatten(1, 2)[:, slots] = v.to(self.v)
+        self.k.flatten(2, 3)[:, :, slots] = k.transpose(1, 2).to(self.k)
+        self.v.flatten(2, 3)[:, :, slots] = v.transpose(1, 2).to(self.v)

@@ -32,10 +32,12 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return self.weight * _normalize(x, self.eps)
+
+
+def _normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / rms(x) over the last dim, computed in float32, returned in x's dtype."""
+    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -59,17 +61,35 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * d, h, bias=bias)
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.qkv_weight: torch.Tensor | None = None  # set by fuse_projections()
+        self.qkv_bias: torch.Tensor | None = None
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: AttentionContext
     ) -> torch.Tensor:
-        t = x.shape[0]
-        q = self.q_norm(self.q_proj(x).view(t, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        t, nh, nkv, d = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        if self.qkv_weight is None:
+            q = self.q_norm(self.q_proj(x).view(t, nh, d))
+            k = self.k_norm(self.k_proj(x).view(t, nkv, d))
+            v = self.v_proj(x).view(t, nkv, d)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+        else:  # one projection; q and k normed and rotated together (same arithmetic)
+            qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(t, nh + 2 * nkv, d)
+            norm_w = torch.cat(
+                (self.q_norm.weight.expand(nh, d), self.k_norm.weight.expand(nkv, d))
+            )
+            qk = norm_w * _normalize(qkv[:, : nh + nkv], self.q_norm.eps)
+            qk = qk * cos + _rotate_half(qk) * sin
+            q, k, v = qk[:, :nh], qk[:, nh:], qkv[:, nh + nkv :]
         return self.o_proj(paged_attention(q, k, v, ctx, self.layer_idx))
+
+    def fuse_projections(self) -> None:
+        """Store q/k/v weights (and biases) in one tensor; the parameters become views of
+        it, so in-place loads (`copy_`) keep the fused projection current."""
+        self.qkv_weight = _fuse(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
+        if self.q_proj.bias is not None:
+            self.qkv_bias = _fuse(self.q_proj.bias, self.k_proj.bias, self.v_proj.bias)
 
 
 class MLP(nn.Module):
@@ -81,8 +101,27 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
 
+        self.gate_up_weight: torch.Tensor | None = None  # set by fuse_projections()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_weight is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+    def fuse_projections(self) -> None:
+        """gate and up weights in one tensor (the parameters become views of it)."""
+        self.gate_up_weight = _fuse(self.gate_proj.weight, self.up_proj.weight)
+
+
+def _fuse(*params: nn.Parameter) -> torch.Tensor:
+    """Concatenate parameters along dim 0 and re-point each at its slice of the result."""
+    fused = torch.cat([p.detach() for p in params])
+    start = 0
+    for p in params:
+        p.data = fused[start : start + p.shape[0]]
+        start += p.shape[0]
+    return fused
 
 
 class Router(nn.Module):
@@ -173,6 +212,18 @@ class Qwen3ForCausalLM(nn.Module):
             cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim)
         )
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def fuse_projections(self) -> None:
+        """Inference layout: one q/k/v projection and one gate/up projection per layer
+        (fewer, larger matmuls; same arithmetic). Parameter names, shapes and `state_dict`
+        are unchanged and in-place writes to the parameters stay visible; only a later
+        change of parameter storage (`.to(dtype)`, `load_state_dict(assign=True)`) would
+        detach them, so call this last. The engine's model runner does; a trainer's model
+        need not."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse_projections()
+            if isinstance(layer.mlp, MLP):
+                layer.mlp.fuse_projections()
 
     def init_weights(self, seed: int) -> None:
         """Seeded random init: N(0, initializer_range) matrices, unit norms, zero biases."""

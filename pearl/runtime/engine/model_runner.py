@@ -1,6 +1,7 @@
 """Runs one scheduled batch on the device: pack tokens, build paged-attention metadata,
 forward, sample. Owns the model weights and the KV cache storage (the device state that
-`release()` frees and `restore()` rebuilds)."""
+`release()` frees and `restore()` rebuilds), including the decode rows (`decode_kv`) that
+let a decode step read each sequence's KV without gathering its blocks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 
 from pearl.runtime.engine.attention import AttentionContext
 from pearl.runtime.engine.config import ModelConfig
+from pearl.runtime.engine.decode_kv import DecodeRows
 from pearl.runtime.engine.kv_cache import KVCache
 from pearl.runtime.engine.model import Qwen3ForCausalLM
 from pearl.runtime.engine.sampling import sample
@@ -15,6 +17,11 @@ from pearl.runtime.engine.scheduler import ScheduledBatch
 
 
 class ModelRunner:
+    """`use_decode_rows`: keep contiguous decode rows next to the pages (at most as many
+    token slots as the paged cache, i.e. up to twice the KV memory). On by default on CPU,
+    where the per-step gather of blocks dominates a small model's decode step; off on
+    accelerators, whose memory is better spent on pages. Tokens are the same either way."""
+
     def __init__(
         self,
         cfg: ModelConfig,
@@ -31,6 +38,8 @@ class ModelRunner:
         self.block_size = block_size
         self.model: Qwen3ForCausalLM | None = None
         self.kv: KVCache | None = None
+        self.decode_rows: DecodeRows | None = None
+        self.use_decode_rows = device.type == "cpu"
 
     # -- device state -------------------------------------------------------------------
     def build(self, state_dict: dict[str, torch.Tensor] | None, seed: int) -> None:
@@ -43,6 +52,7 @@ class ModelRunner:
             model.load_state_dict(state_dict, strict=True)
         self.model = model.to(self.dtype).eval()
         self.model.inv_freq = self.model.inv_freq.float()  # keep RoPE frequencies exact
+        self.model.fuse_projections()  # after every change of parameter storage
         c = self.cfg
         self.kv = KVCache(
             c.num_hidden_layers,
@@ -53,10 +63,19 @@ class ModelRunner:
             dtype=self.dtype,
             device=self.device,
         )
+        self.decode_rows = DecodeRows(
+            c.num_hidden_layers,
+            c.num_key_value_heads,
+            c.head_dim,
+            dtype=self.dtype,
+            device=self.device,
+            max_tokens=self.num_kv_blocks * self.block_size,
+        )
 
     def free(self) -> None:
         self.model = None
         self.kv = None
+        self.decode_rows = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -100,6 +119,10 @@ class ModelRunner:
             q_slot.extend(range(row * max_q, row * max_q + n))
             q_positions[row, :n] = torch.arange(start, start + n)
             q_positions[row, n:] = start + n - 1
+        decode_seqs = [batch.seqs[b] for b in decodes]
+        plan = None
+        if self.use_decode_rows and self.decode_rows is not None:
+            plan = self.decode_rows.plan(decode_seqs, self.kv)
         ctx = AttentionContext(
             q_slot=torch.tensor(q_slot, dtype=torch.long, device=dev),
             num_seqs=len(chunks),
@@ -110,9 +133,11 @@ class ModelRunner:
             kv_caches=self.kv.layers,
             num_decode_tokens=len(decodes),
             decode_positions=torch.tensor(
-                [batch.seqs[b].num_computed_tokens for b in decodes], dtype=torch.long, device=dev
+                [s.num_computed_tokens for s in decode_seqs], dtype=torch.long, device=dev
             ),
-            decode_block_tables=self._tables([batch.seqs[b] for b in decodes]),
+            decode_block_tables=None if plan is not None else self._tables(decode_seqs),
+            decode_plan=plan,
+            num_queries_per_kv=self.cfg.num_attention_heads // self.cfg.num_key_value_heads,
         )
         ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
         pos_t = torch.tensor(pos, dtype=torch.long, device=dev)

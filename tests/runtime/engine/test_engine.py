@@ -11,6 +11,7 @@ from pearl.runtime.engine import (
     EngineReleased,
     LLMEngine,
     ModelConfig,
+    Qwen3ForCausalLM,
     RequestRejected,
     SamplingParams,
 )
@@ -102,6 +103,28 @@ def test_load_weights_by_version(engine, tiny_cfg) -> None:
     engine.restore()
     assert engine.weight_version == 3
     assert engine.generate([[9, 8, 7]], GREEDY)[0].output_token_ids == before
+
+
+def test_loaded_weights_reach_the_fused_projections(engine, tiny_cfg) -> None:
+    """The runner fuses q/k/v and gate/up; weights loaded in place into a live engine give
+    the logprobs of an unfused model holding those weights."""
+    other = {
+        k: v * 8 if v.dim() > 1 else v for k, v in LLMEngine(tiny_cfg, seed=12).state_dict().items()
+    }
+    engine.generate([[4, 4, 2]], GREEDY)  # live, fused, with rows and pages in use
+    engine.load_weights(other, version=2)
+    assert all(torch.equal(v, other[k]) for k, v in engine.state_dict().items())
+    prompt = [9, 8, 7]
+    out = engine.generate([prompt], GREEDY)[0]
+    ref = Qwen3ForCausalLM(tiny_cfg)
+    ref.load_state_dict(other)
+    tokens = prompt + list(out.output_token_ids)
+    with torch.no_grad():
+        logits = ref(torch.tensor([tokens[:-1]]), torch.arange(len(tokens) - 1)[None])[0]
+    rows = torch.log_softmax(logits[len(prompt) - 1 :], dim=-1)
+    assert rows.argmax(-1).tolist() == list(out.output_token_ids)
+    chosen = rows.gather(1, torch.tensor(out.output_token_ids)[:, None])[:, 0]
+    assert torch.allclose(chosen, torch.tensor(out.output_logprobs), atol=1e-4)
 
 
 def test_load_weights_rejects_wrong_shapes(engine) -> None:

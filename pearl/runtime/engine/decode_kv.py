@@ -1,0 +1,180 @@
+"""Decode rows: each decoding sequence's K/V kept contiguous, so a decode step reads no pages.
+
+The paged cache (`kv_cache.KVCache`) is the source of truth: prefix caching, KV export and
+import, and chunked prefill all work on blocks. But gathering every decoding sequence's
+blocks into a padded key grid costs a copy of the whole batch's KV per layer per step (the
+same bytes HF's growing cache concatenates per step), which is most of a small model's
+decode step on a CPU. `DecodeRows` keeps, next to the pages, one row per decoding
+sequence: K/V of tokens [0, n) at positions [0, n) of the row, laid out
+[num_layers, kv_heads, num_rows, row_tokens, head_dim] so that a layer's rows are directly
+the [kv_heads, rows, keys, dim] operand of one batched attention call. A decode step writes
+its new token into both the pages and the row; a sequence's row is (re)filled from its pages
+only when it (re)enters the decode group (after prefill, an import, a preemption).
+
+Rows are freed as soon as a sequence is not in a step's decode group. The rows take at most
+`max_tokens` token slots (rows x row length); past that the engine falls back to gathering
+pages for the step (`plan` returns None), which is also what a device with a real paged
+attention kernel would prefer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pearl.runtime.engine.kv_cache import KVCache
+from pearl.runtime.engine.sequence import Sequence
+
+_ROW_GRANULE_TOKENS = 64  # row length grows in these steps (amortises the re-layout copy)
+_SLOT_GRANULE = 8
+
+
+@dataclass
+class DecodePlan:
+    """Where this step's decode tokens live in the rows (one per decode token, packed order).
+
+    rows [Bd]: row of each decode token; write_index [Bd]: its flat index row * row_tokens +
+    position; mask [1, num_rows, 1, num_keys]: additive (0 / -inf) key mask of every row in
+    [0, num_rows) (rows not decoding this step see key 0 only, and their output is unused);
+    identity: rows == [0, Bd) and num_rows == Bd (no scatter/gather of queries needed).
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    rows: torch.Tensor
+    write_index: torch.Tensor
+    mask: torch.Tensor
+    num_rows: int
+    num_keys: int
+    identity: bool
+
+
+class DecodeRows:
+    """Row storage and row assignment for the decode group (see the module docstring)."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype,
+        device: torch.device,
+        max_tokens: int,
+    ) -> None:
+        self.shape_prefix = (num_layers, num_kv_heads)
+        self.head_dim = head_dim
+        self.dtype = dtype
+        self.device = device
+        self.max_tokens = max_tokens
+        self.k = torch.zeros(0, device=device, dtype=dtype)
+        self.v = torch.zeros(0, device=device, dtype=dtype)
+        self.num_slots = 0
+        self.row_tokens = 0
+        self._row_of: dict[int, int] = {}  # id(seq) -> row
+        self._seq_in_row: list[Sequence | None] = []  # keeps ids stable while assigned
+        self._filled: list[int] = []  # tokens valid in each row
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def clear(self) -> None:
+        """Forget every assignment (rows become stale; the storage is kept)."""
+        self._row_of.clear()
+        self._seq_in_row = [None] * self.num_slots
+        self._filled = [0] * self.num_slots
+
+    def plan(self, seqs: list[Sequence], kv: KVCache) -> DecodePlan | None:
+        """Assign rows to this step's decode sequences (packed order), fill rows that are
+        new or stale from the pages, and return where the step reads and writes. Returns
+        None when there is no decode, or (forgetting all rows) when the rows would exceed
+        `max_tokens`."""
+        # 1. Free the rows of sequences that left the decode group.
+        keep = {id(s) for s in seqs}
+        for key in [k for k in self._row_of if k not in keep]:
+            row = self._row_of.pop(key)
+            self._seq_in_row[row], self._filled[row] = None, 0
+        if not seqs:
+            return None
+        # 2. Assign free rows (lowest first, so the used rows stay dense).
+        free = (r for r, s in enumerate(self._seq_in_row) if s is None)
+        rows: list[int] = []
+        for seq in seqs:
+            row = self._row_of.get(id(seq))
+            if row is None:
+                row = next(free, None)
+                if row is None:
+                    row = len(self._seq_in_row)
+                    self._seq_in_row.append(None)
+                    self._filled.append(0)
+                self._row_of[id(seq)] = row
+                self._seq_in_row[row] = seq
+            rows.append(row)
+        positions = [s.num_computed_tokens for s in seqs]
+        num_rows = max(rows) + 1
+        num_keys = max(positions) + 1
+        # 3. Storage large enough (or give up for this step).
+        if not self._ensure_capacity(num_rows, num_keys):
+            self.clear()
+            return None
+        # 4. Rows that do not hold exactly tokens [0, position) are refilled from the pages.
+        for seq, row, pos in zip(seqs, rows, positions, strict=True):
+            if self._filled[row] != pos:
+                self._fill(row, seq, pos, kv)
+            self._filled[row] = pos + 1  # the step writes the token at `pos`
+        return self._plan_tensors(rows, positions, num_rows, num_keys)
+
+    def _ensure_capacity(self, num_rows: int, num_keys: int) -> bool:
+        slots, length = self.num_slots, self.row_tokens
+        if num_rows > slots:
+            slots = -(-max(num_rows, slots + slots // 2) // _SLOT_GRANULE) * _SLOT_GRANULE
+        if num_keys > length:
+            length = max(num_keys, length + length // 2)
+            length = -(-length // _ROW_GRANULE_TOKENS) * _ROW_GRANULE_TOKENS
+        if (slots, length) == (self.num_slots, self.row_tokens):
+            return True
+        if slots * length > self.max_tokens:  # no headroom: just what this step needs
+            slots, length = max(self.num_slots, num_rows), max(self.row_tokens, num_keys)
+            if slots * length > self.max_tokens:
+                return False
+        shape = (*self.shape_prefix, slots, length, self.head_dim)
+        new_k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        new_v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if self.k.numel():
+            new_k[:, :, : self.num_slots, : self.row_tokens] = self.k
+            new_v[:, :, : self.num_slots, : self.row_tokens] = self.v
+        self.k, self.v = new_k, new_v
+        self.num_slots, self.row_tokens = slots, length
+        self._seq_in_row += [None] * (slots - len(self._seq_in_row))
+        self._filled += [0] * (slots - len(self._filled))
+        return True
+
+    def _fill(self, row: int, seq: Sequence, num_tokens: int, kv: KVCache) -> None:
+        if num_tokens:
+            k, v = kv.read_heads_major(seq.block_table, num_tokens)
+            self.k[:, :, row, :num_tokens] = k
+            self.v[:, :, row, :num_tokens] = v
+
+    def _plan_tensors(
+        self, rows: list[int], positions: list[int], num_rows: int, num_keys: int
+    ) -> DecodePlan:
+        dev = self.device
+        rows_t = torch.tensor(rows, dtype=torch.long, device=dev)
+        pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
+        limit = torch.zeros(num_rows, dtype=torch.long, device=dev)
+        limit.index_copy_(0, rows_t, pos_t)
+        allowed = torch.arange(num_keys, device=dev)[None, :] <= limit[:, None]
+        mask = torch.zeros(num_rows, num_keys, dtype=self.dtype, device=dev)
+        mask.masked_fill_(~allowed, float("-inf"))
+        return DecodePlan(
+            k=self.k,
+            v=self.v,
+            rows=rows_t,
+            write_index=rows_t * self.row_tokens + pos_t,
+            mask=mask.view(1, num_rows, 1, num_keys),
+            num_rows=num_rows,
+            num_keys=num_keys,
+            identity=num_rows == len(rows) and rows == list(range(num_rows)),
+        )
