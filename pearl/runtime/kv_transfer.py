@@ -12,7 +12,15 @@ on the same node; one network copy across nodes). The receiver wraps those buffe
 into torch tensors without copying; the engine copies them once into its paged KV blocks.
 The object is owned by the sender: it lives until the handle's last reference is dropped,
 or until the sending worker dies (then `receive` raises `KVLostError` and the request is
-re-prefilled elsewhere).
+re-prefilled elsewhere; on the sender's node Ray drops a dead owner's objects
+asynchronously, so a receive right after the death may still succeed).
+
+Cost (bench/kv_transfer.py): the `ray.put` copy is the only copy; besides it Ray charges
+a fixed ~1-3 ms per object (store IPC, serialisation of the small rest) and, on a store
+page no process has written yet, a kernel zero-fill fault per 4 KiB page (about 2,300
+faults for 9 MiB, which used to cost more than the copy itself). Ray recycles freed store
+memory, so a long-running sender stops paying the faults once it has written its working
+set once; `RAY_preallocate_plasma_memory=1` on the raylets removes them from the start.
 
 `InProcessTransport` keeps payloads in a dict: for tests and single-process runs. Room is
 left for device-to-device transports (NCCL, NIXL) on GPU clusters: anything that implements

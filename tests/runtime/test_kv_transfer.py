@@ -6,6 +6,7 @@ The object-store transport between two actors on two nodes is exercised in test_
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,3 +153,65 @@ def test_codec_leaves_tensor_free_parts_alone() -> None:
     dec = decode_tensors(encode_tensors(mixed))
     assert dec[:2] == [1, "x"] and dec[3] is mixed[3] and torch.equal(dec[2], mixed[2])
     assert payload_num_bytes(ids) == 0
+
+
+# -- object store (Ray) ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    pytest.importorskip("ray")
+    import os
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from pearl.runtime.topology import LocalCluster
+
+    c = LocalCluster(head_cpus=1)
+    c.connect()
+    yield c
+    c.shutdown()
+
+
+class _Sender:
+    """Owns the objects it sends (as a prefill worker does)."""
+
+    def send(self, num_tokens: int, seed: int):
+        return ObjectStoreTransport().send(
+            _payload(num_tokens, torch.bfloat16, seed), request_id="r0", num_tokens=num_tokens
+        )
+
+
+@pytest.mark.ray
+def test_object_store_round_trip_zero_copy_and_lost_owner(ray_cluster) -> None:
+    """A payload sent by an actor arrives equal (bf16 included) as read-only views on the
+    store's shared memory (no copy on receive); after the sending actor dies, `receive`
+    raises KVLostError (once Ray has dropped the dead owner's objects)."""
+    import ray
+
+    num_tokens = 8000  # 256 KiB per tensor: stored in shared memory, not inlined
+    sender = ray.remote(num_cpus=0)(_Sender).remote()
+    handle = ray.get(sender.send.remote(num_tokens, 7))
+    got = ObjectStoreTransport().receive(handle)
+    want = _payload(num_tokens, torch.bfloat16, 7)
+    assert _same(got, want)
+    assert handle.num_bytes == payload_num_bytes(want) and handle.num_tokens == num_tokens
+    raw = ray.get(handle.ref[0])  # the stored object itself: read-only shared memory
+    assert not raw.k.array.flags.writeable
+    assert got.k.data_ptr() == raw.k.array.ctypes.data  # receive made no copy
+    assert got.v.data_ptr() == raw.v.array.ctypes.data
+    del got, raw
+    unread = ray.get(sender.send.remote(num_tokens, 8))  # owned by the sender, never fetched
+    ray.kill(sender, no_restart=True)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(sender.send.remote(1, 0))  # the sender is gone
+    # Ray drops a dead owner's objects asynchronously: until then a receiver on the same
+    # node may still read it; afterwards the KV is reported lost (never a hang or a crash).
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            ObjectStoreTransport().receive(unread)
+        except KVLostError as err:
+            assert "r0" in str(err)
+            break
+        assert time.monotonic() < deadline, "the KV of a dead sender never became lost"
+        time.sleep(0.2)
