@@ -211,6 +211,8 @@ class Driver(TrainingPipeline, Lending):
         policy = dataclasses.replace(
             get_policy(cfg.controller.policy), max_staleness=cfg.rollout.max_staleness
         )
+        if cfg.controller.modes is not None:
+            policy = dataclasses.replace(policy, modes=tuple(cfg.controller.modes))
         if policy.borrow != "never":  # overlap workers exist from the start, parked (§5)
             self.world.prestart_parked()
         dedicated = tuple(
@@ -333,15 +335,14 @@ class Driver(TrainingPipeline, Lending):
             c0 is not None
             and c1 is not None
             and c0 != c1
-            and (
-                c0.mode != c1.mode
-                or (c0.num_prefill, c0.num_decode) != (c1.num_prefill, c1.num_decode)
-                and not c1.is_colocated
-            )
+            and (c0.mode != c1.mode or _prefill_share_changed(c0, c1))
         ):
+            engine_log = getattr(self.controller.advisor, "log", ())
+            last = next((x for x in reversed(engine_log) if x.startswith("decide")), None)
+            why = f"; decision engine: {last}" if last else ""
             self.note(
                 "pd_reconfig",
-                f"{c0} -> {c1}: {new[-1] if new else self._last_decision('->')}",
+                f"{c0} -> {c1}: {new[-1] if new else self._last_decision('->')}{why}",
                 before=str(c0),
                 after=str(c1),
             )
@@ -427,3 +428,10 @@ class Driver(TrainingPipeline, Lending):
 
 async def _aget(ref: Any) -> Any:
     return await ref
+
+
+def _prefill_share_changed(c0: Any, c1: Any) -> bool:
+    """A P:D ratio change, not a rescale of the same ratio (1:1 -> 2:2 is none)."""
+    if c0.is_colocated or c1.is_colocated:
+        return False
+    return c0.num_prefill * c1.num_workers != c1.num_prefill * c0.num_workers

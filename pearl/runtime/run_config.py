@@ -125,6 +125,12 @@ class ControllerSection(_M):
         "(expansion_prep_s, expansion_finalize_s, activation_s, deactivation_s); the "
         "defaults are the paper's GPU measurements.",
     )
+    modes: list[str] | None = Field(
+        None,
+        description="PD modes the decision engine may choose (colocated, disaggregated); "
+        "None: those the policy allows. Restricting them keeps the engine's choice of size "
+        "and ratio within the allowed modes.",
+    )
     mode_switch_threshold: float = Field(
         0.10,
         ge=0,
@@ -140,6 +146,12 @@ class ControllerSection(_M):
 
     @model_validator(mode="after")
     def _known_costs(self) -> ControllerSection:
+        if self.modes is not None:
+            bad = [m for m in self.modes if m not in ("colocated", "disaggregated")]
+            if bad or not self.modes:
+                raise ValueError(
+                    f"modes must be a non-empty list of colocated, disaggregated (got {self.modes})"
+                )
         if self.ratio_switch_threshold > self.mode_switch_threshold:
             raise ValueError("ratio_switch_threshold must be <= mode_switch_threshold")
         known = {"expansion_prep_s", "expansion_finalize_s", "activation_s", "deactivation_s"}

@@ -164,7 +164,8 @@ class RolloutWorker(WorkerControl):
         if isinstance(live, TurnResult):
             return _failed_prefill(live, request, self)
         assert live.done is not None
-        return await live.done
+        res = await live.done  # a TurnResult when interrupted or failed before its KV was out
+        return res if isinstance(res, PrefillResult) else _failed_prefill(res, request, self)
 
     async def _admit(
         self, request: TurnRequest, prefill: PrefillResult | None, *, prefill_only: bool = False

@@ -80,6 +80,8 @@ def test_config_errors_name_file_and_field(tmp_path, calls):
     assert "'controller'" in out and "ratio_switch_threshold must be <=" in out
     out = _fails([str(_config(tmp_path, "controller: {mode_switch_threshold: 1.5}\n"))])
     assert "'controller.mode_switch_threshold'" in out
+    out = _fails([str(_config(tmp_path, "controller: {modes: [split]}\n"))])
+    assert "'controller'" in out and "modes must be" in out
     out = _fails([str(tmp_path / "missing.yaml")])
     assert "missing.yaml" in out and "not found" in out
     assert calls == []
