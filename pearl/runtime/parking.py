@@ -72,16 +72,25 @@ class ParkingLot:
         return self.enabled and bool(slots) and self.training_slots.issuperset(slots)
 
     # -- parking ------------------------------------------------------------------------------
-    def park(self, worker_id: str, handle: Any, slots: Slots, *, reason: str) -> asyncio.Task:
-        """Park `handle` (it was worker `worker_id`) in the background; returns the task."""
+    def park(
+        self, worker_id: str, handle: Any, slots: Slots, *, reason: str, after: Any = None
+    ) -> asyncio.Task:
+        """Park `handle` (it was worker `worker_id`) in the background; returns the task.
+
+        `after`: a call on the actor (ObjectRef) that must finish first, e.g. an activation
+        still in flight (Ray does not order the calls of an async actor)."""
         slots = tuple(slots)
         self._in_flight[slots] = handle
-        task = self._spawn(self._park(worker_id, handle, slots, reason))
+        task = self._spawn(self._park(worker_id, handle, slots, reason, after))
         self._pending(slots, task)
         return task
 
-    async def _park(self, worker_id: str, handle: Any, slots: Slots, reason: str) -> bool:
+    async def _park(
+        self, worker_id: str, handle: Any, slots: Slots, reason: str, after: Any = None
+    ) -> bool:
         try:
+            if after is not None:
+                await settled(after)
             park_ms = await asyncio.wait_for(_aget(handle.park.remote()), PARK_TIMEOUT_S)
             _, steps = await asyncio.wait_for(_aget(handle.telemetry.remote()), 10.0)
         except Exception as err:  # noqa: BLE001 - a worker that cannot park is stopped
@@ -191,3 +200,11 @@ class ParkingLot:
 
 async def _aget(ref: Any) -> Any:
     return await ref
+
+
+async def settled(ref: Any, timeout_s: float = PARK_TIMEOUT_S) -> None:
+    """Wait for a call to finish, however it ends."""
+    try:
+        await asyncio.wait_for(_aget(ref), timeout_s)
+    except Exception:  # noqa: BLE001 - only its end matters
+        pass

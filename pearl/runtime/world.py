@@ -84,6 +84,7 @@ class RayWorld(WorkerCommands):
         self.slots_of: dict[str, tuple[str, ...]] = {}
         # slot -> the trainer's release call (ObjectRef) a worker there must wait for
         self.device_free: dict[str, Any] = {}
+        self.activating: dict[str, Any] = {}
         self.lot = ParkingLot(
             training_slots,
             enabled=cfg.cluster.park_borrowed_workers,

@@ -19,7 +19,7 @@ from typing import Any
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
-from pearl.runtime.parking import ParkingLot
+from pearl.runtime.parking import ParkingLot, settled
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.worker_api import EngineSpec
 
@@ -42,6 +42,7 @@ class WorkerCommands:
     starting: set[str]
     slots_of: dict[str, tuple[str, ...]]
     device_free: dict[str, Any]
+    activating: dict[str, Any]  # worker id -> its activate_as call (ObjectRef) in flight
     lot: ParkingLot
 
     def spawn(self, coro: Any) -> asyncio.Task:
@@ -83,16 +84,18 @@ class WorkerCommands:
     async def _activate(self, c: cmd.InitWorker, handle: Any) -> bool:
         """Unpark `handle` as `c.worker_id`; False: it failed and was killed (start anew)."""
         self.workers[c.worker_id] = handle
+        ref = handle.activate_as.remote(c.worker_id, c.role)
+        self.activating[c.worker_id] = ref  # a stop meanwhile parks only after it
         try:
-            ms = await asyncio.wait_for(
-                _aget(handle.activate_as.remote(c.worker_id, c.role)), INIT_TIMEOUT_S
-            )
+            ms = await asyncio.wait_for(_aget(ref), INIT_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - fall back to a fresh worker
             log.info("activation of %s failed: %s", c.worker_id, err)
             self.on_record("error", f"activation of {c.worker_id} failed: {err}"[:300])
             if c.worker_id in self.workers:
                 self._kill(c.worker_id)
             return False
+        finally:
+            self.activating.pop(c.worker_id, None)
         if c.worker_id not in self.workers:
             return True  # stopped while activating: the stop parked it again
         self.starting.discard(c.worker_id)
@@ -169,8 +172,19 @@ class WorkerCommands:
 
     def _do_ChangeRole(self, c: cmd.ChangeRole) -> None:
         h = self.workers.get(c.worker_id)
-        if h is not None:
+        if h is None:
+            return
+        pending = self.activating.get(c.worker_id)
+        if pending is None:
             h.set_role.remote(c.role.value)
+            return
+
+        async def after_activation() -> None:  # activate_as sets the role it was given
+            await settled(pending)
+            if self.workers.get(c.worker_id) is h:
+                h.set_role.remote(c.role.value)
+
+        self.spawn(after_activation())
 
     def _do_Drain(self, c: cmd.Drain) -> None:
         async def run() -> None:
@@ -196,7 +210,10 @@ class WorkerCommands:
         h = self.workers.get(c.worker_id)
         if h is not None and self.lot.owns(slots):
             del self.workers[c.worker_id]
-            self.lot.park(c.worker_id, h, slots, reason=f"{c.worker_id} stopped: slots to training")
+            # an async actor may run calls out of order: park after a pending activation
+            after = self.activating.pop(c.worker_id, None)
+            reason = f"{c.worker_id} stopped: slots to training"
+            self.lot.park(c.worker_id, h, slots, reason=reason, after=after)
             return
         self._kill(c.worker_id)
 

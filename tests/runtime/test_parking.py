@@ -174,7 +174,15 @@ def test_world_prestarts_activates_and_parks_on_training_slots(cluster) -> None:
             await asyncio.sleep(0.5)
             await _until(lambda: ("t1",) in world.lot.parked and not world.tasks)
             assert len(rec.events) == 1
-            assert (await _pid(world.lot.parked[("t1",)])) == pid0
+            # ... and while its activation call is in flight: parked after the activation.
+            world.execute(cmd.InitWorker("w9", ("t1",), Role.DECODE, "borrow-3"))
+            while "w9" not in world.activating:
+                await asyncio.sleep(0)
+            world.execute(cmd.StopWorker("w9"))
+            await _until(lambda: ("t1",) in world.lot.parked and not world.tasks)
+            last = await world.lot.parked[("t1",)].status.remote()
+            assert last.parked and last.released and not last.accepting and last.pid == pid0
+            assert len(rec.events) == 1
             return dict(world.counters)
         finally:
             await world.shutdown()
