@@ -6,6 +6,7 @@ The object-store transport between two actors on two nodes is exercised in test_
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from pearl.runtime.kv_transfer import (
     decode_tensors,
     encode_tensors,
     get_transport,
+    map_object_store_pages,
     payload_num_bytes,
     register_transport,
 )
@@ -175,6 +177,11 @@ def ray_cluster():
 class _Sender:
     """Owns the objects it sends (as a prefill worker does)."""
 
+    def put_ones(self, num_bytes: int):
+        import ray
+
+        return (ray.put(np.ones(num_bytes, dtype=np.uint8)),)
+
     def send(self, num_tokens: int, seed: int):
         return ObjectStoreTransport().send(
             _payload(num_tokens, torch.bfloat16, seed), request_id="r0", num_tokens=num_tokens
@@ -215,3 +222,32 @@ def test_object_store_round_trip_zero_copy_and_lost_owner(ray_cluster) -> None:
             break
         assert time.monotonic() < deadline, "the KV of a dead sender never became lost"
         time.sleep(0.2)
+
+
+def _minor_faults() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux page tables")
+def test_map_object_store_pages_maps_existing_pages_only(ray_cluster) -> None:
+    """After `map_object_store_pages`, reading an object another process wrote takes (almost)
+    no page faults here; an object written afterwards still does. Contents are untouched."""
+    import ray
+
+    num_bytes = 8 << 20
+    sender = ray.remote(num_cpus=0)(_Sender).remote()
+    first = ray.get(ray.get(sender.put_ones.remote(num_bytes))[0])  # maps the store here
+    assert map_object_store_pages(max_bytes=0) == 0
+    assert map_object_store_pages() >= num_bytes // 4096
+    faults = _minor_faults()
+    assert int(first.sum()) == num_bytes
+    mapped_faults = _minor_faults() - faults
+    second = ray.get(ray.get(sender.put_ones.remote(num_bytes))[0])  # pages not mapped yet
+    faults = _minor_faults()
+    assert int(second.sum()) == num_bytes
+    unmapped_faults = _minor_faults() - faults
+    assert unmapped_faults >= 64 and mapped_faults * 4 < unmapped_faults
+    ray.kill(sender)
