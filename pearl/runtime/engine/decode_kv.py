@@ -160,19 +160,24 @@ class DecodeRows:
     def _plan_tensors(
         self, rows: list[int], positions: list[int], num_rows: int, num_keys: int
     ) -> DecodePlan:
-        dev = self.device
-        rows_t = torch.tensor(rows, dtype=torch.long, device=dev)
-        pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
-        limit = torch.zeros(num_rows, dtype=torch.long, device=dev)
-        limit.index_copy_(0, rows_t, pos_t)
-        allowed = torch.arange(num_keys, device=dev)[None, :] <= limit[:, None]
+        dev, length = self.device, self.row_tokens
+        limit = [0] * num_rows  # rows not decoding this step attend to key 0 only
+        for row, p in zip(rows, positions, strict=True):
+            limit[row] = p
+        index = torch.tensor(
+            [rows, [r * length + p for r, p in zip(rows, positions, strict=True)]],
+            dtype=torch.long,
+            device=dev,
+        )
+        limit_t = torch.tensor(limit, dtype=torch.long, device=dev)
+        key_pos = torch.arange(num_keys, device=dev)
         mask = torch.zeros(num_rows, num_keys, dtype=self.dtype, device=dev)
-        mask.masked_fill_(~allowed, float("-inf"))
+        mask.masked_fill_(key_pos[None, :] > limit_t[:, None], float("-inf"))
         return DecodePlan(
             k=self.k,
             v=self.v,
-            rows=rows_t,
-            write_index=rows_t * self.row_tokens + pos_t,
+            rows=index[0],
+            write_index=index[1],
             mask=mask.view(1, num_rows, 1, num_keys),
             num_rows=num_rows,
             num_keys=num_keys,

@@ -79,9 +79,12 @@ class BlockManager:
 
     def grow(self, seq: Sequence, num_tokens: int) -> bool:
         """Give seq enough blocks to hold num_tokens; False (and no change) if out of blocks."""
-        if not self.can_grow(seq, num_tokens):
+        need = self.blocks_needed(num_tokens)
+        if need <= len(seq.block_table):  # the common decode step: room in the last block
+            return True
+        if need - len(seq.block_table) > len(self.free):
             return False
-        while len(seq.block_table) < self.blocks_needed(num_tokens):
+        while len(seq.block_table) < need:
             bid, _ = self.free.popitem(last=False)
             block = self.blocks[bid]
             if block.hash is not None and self.hash_to_block.get(block.hash) == bid:
@@ -93,6 +96,8 @@ class BlockManager:
     def register_full_blocks(self, seq: Sequence) -> None:
         """Hash the blocks whose KV is now fully computed so later requests can reuse them."""
         bs = self.block_size
+        if seq.num_computed_tokens // bs <= seq.num_hashed_blocks:
+            return
         for i in range(seq.num_hashed_blocks, seq.num_computed_tokens // bs):
             tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
             h = block_hash(seq.last_block_hash, tokens, self.namespace)
@@ -154,11 +159,10 @@ class KVCache:
         self.block_size = block_size
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
-
-    @property
-    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer (k, v), each [kv_heads, num_blocks, block_size, head_dim]."""
-        return [(self.k[i], self.v[i]) for i in range(self.k.shape[0])]
+        # Per layer (k, v) views, each [kv_heads, num_blocks, block_size, head_dim].
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = [
+            (self.k[i], self.v[i]) for i in range(num_layers)
+        ]
 
     @property
     def nbytes(self) -> int:

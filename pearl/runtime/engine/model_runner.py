@@ -94,14 +94,28 @@ class ModelRunner:
         """
         assert self.kv is not None
         bs, dev = self.block_size, self.device
-        decodes = [b for b, n in enumerate(batch.num_new_tokens) if n == 1]
-        chunks = [b for b, n in enumerate(batch.num_new_tokens) if n > 1]
+        decodes: list[int] = []
+        chunks: list[int] = []
+        for b, n in enumerate(batch.num_new_tokens):
+            (decodes if n == 1 else chunks).append(b)
         ids: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
         sample_rows: list[int] = []
         logits_idx: list[int] = []
-        for b in decodes + chunks:
+        decode_seqs = [batch.seqs[b] for b in decodes]
+        for b, seq in zip(decodes, decode_seqs, strict=True):
+            start = seq.num_computed_tokens
+            ids.append(seq.token_ids[start])
+            pos.append(start)
+            slots.append(seq.block_table[start // bs] * bs + start % bs)
+            if start + 1 == seq.num_tokens:
+                sample_rows.append(b)
+                logits_idx.append(len(ids) - 1)
+        max_q = max((batch.num_new_tokens[b] for b in chunks), default=0)
+        q_slot: list[int] = []
+        q_pos: list[int] = []
+        for row, b in enumerate(chunks):
             seq, n = batch.seqs[b], batch.num_new_tokens[b]
             start, table = seq.num_computed_tokens, seq.block_table
             ids.extend(seq.token_ids[start : start + n])
@@ -110,16 +124,11 @@ class ModelRunner:
             if start + n == seq.num_tokens:
                 sample_rows.append(b)
                 logits_idx.append(len(ids) - 1)
-        max_q = max((batch.num_new_tokens[b] for b in chunks), default=0)
-        q_slot: list[int] = []
-        q_positions = torch.zeros(len(chunks), max_q, dtype=torch.long)
-        for row, b in enumerate(chunks):
-            seq, n = batch.seqs[b], batch.num_new_tokens[b]
-            start = seq.num_computed_tokens
             q_slot.extend(range(row * max_q, row * max_q + n))
-            q_positions[row, :n] = torch.arange(start, start + n)
-            q_positions[row, n:] = start + n - 1
-        decode_seqs = [batch.seqs[b] for b in decodes]
+            q_pos.extend(range(start, start + n))
+            q_pos.extend([start + n - 1] * (max_q - n))  # padding repeats the last position
+        packed = torch.tensor([ids, pos, slots], dtype=torch.long, device=dev)
+        ids_t, pos_t, slots_t = packed[0], packed[1], packed[2]
         plan = None
         if self.use_decode_rows and self.decode_rows is not None:
             plan = self.decode_rows.plan(decode_seqs, self.kv)
@@ -127,20 +136,16 @@ class ModelRunner:
             q_slot=torch.tensor(q_slot, dtype=torch.long, device=dev),
             num_seqs=len(chunks),
             max_q_len=max_q,
-            q_positions=q_positions.to(dev),
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
-            block_tables=self._tables([batch.seqs[b] for b in chunks]),
+            q_positions=torch.tensor(q_pos, dtype=torch.long, device=dev).view(len(chunks), max_q),
+            slot_mapping=slots_t,
+            block_tables=self._tables([batch.seqs[b] for b in chunks]) if chunks else None,
             kv_caches=self.kv.layers,
             num_decode_tokens=len(decodes),
-            decode_positions=torch.tensor(
-                [s.num_computed_tokens for s in decode_seqs], dtype=torch.long, device=dev
-            ),
+            decode_positions=pos_t[: len(decodes)],
             decode_block_tables=None if plan is not None else self._tables(decode_seqs),
             decode_plan=plan,
             num_queries_per_kv=self.cfg.num_attention_heads // self.cfg.num_key_value_heads,
         )
-        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
-        pos_t = torch.tensor(pos, dtype=torch.long, device=dev)
         return ids_t, pos_t, ctx, sample_rows, logits_idx
 
     def _tables(self, seqs: list) -> torch.Tensor:

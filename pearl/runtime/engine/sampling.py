@@ -58,12 +58,11 @@ def sample(
     `seeds[i]` is row i's request seed, `indices[i]` the output index of the token drawn.
     """
     logits = logits.float()
-    temps = torch.tensor(
-        [p.temperature if p.temperature > 0 else 1.0 for p in params],
-        device=logits.device,
-        dtype=torch.float32,
-    )
-    logprobs_all = torch.log_softmax(logits / temps[:, None], dim=-1)
+    temps = [p.temperature if p.temperature > 0 else 1.0 for p in params]
+    scaled = logits
+    if any(t != 1.0 for t in temps):  # dividing by 1 changes nothing: skip it
+        scaled = logits / torch.tensor(temps, device=logits.device, dtype=torch.float32)[:, None]
+    logprobs_all = torch.log_softmax(scaled, dim=-1)
     tokens = torch.argmax(logits, dim=-1)
     sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
     if sampled_rows:
