@@ -16,13 +16,25 @@ Two placements: both actors on one node (shared-memory object store: zero-copy r
 on two nodes of a local multi-node cluster (the object is pulled between the two nodes'
 stores over the loopback network).
 
+Two object-store states. *Fresh* (Ray's defaults, what a new worker's first transfers
+see): the first write of a store page in any process makes the kernel allocate and zero
+it, and every process pays a page fault the first time it touches a page (about 2,300
+faults for 9 MiB, a few microseconds each here: more than the copy itself); the sender's
+faults per `send` are counted (`ru_minflt`). *Steady state* (what a long-running worker
+sees once it has touched the store pages it reuses; Ray recycles freed store memory): the
+store preallocated (`RAY_preallocate_plasma_memory=1`, Ray's setting, in the raylets'
+environment) and both actors' mappings populated by `map_object_store_pages()` before
+timing. The transfers themselves are the same in both.
+
     .venv/bin/python -m bench.kv_transfer [--no-write] [--repeats N]
 """
 
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
+import resource
 import statistics
 import time
 
@@ -30,7 +42,7 @@ import torch
 
 from bench._md import machine_line, write_section
 from pearl.runtime.engine import KVPayload
-from pearl.runtime.kv_transfer import ObjectStoreTransport
+from pearl.runtime.kv_transfer import ObjectStoreTransport, map_object_store_pages
 
 LAYERS, KV_HEADS, HEAD_DIM = 36, 8, 128  # Qwen3-8B
 BYTES_PER_TOKEN = LAYERS * KV_HEADS * HEAD_DIM * 2 * 2  # K and V, bf16
@@ -67,15 +79,22 @@ class Sender:
         self.payloads[num_tokens] = make_payload(num_tokens)
         return self.payloads[num_tokens].nbytes
 
+    def map_store(self) -> tuple[int, float]:
+        """Map the store's existing pages here: (pages, seconds)."""
+        t0 = time.perf_counter()
+        return map_object_store_pages(), time.perf_counter() - t0
+
     def send(self, num_tokens: int):
         p = self.payloads[num_tokens]
         return self.transport.send(p, request_id="bench", num_tokens=num_tokens)
 
     def send_timed(self, num_tokens: int):
-        """(handle, seconds `send` took inside this actor)."""
+        """(handle, seconds `send` took inside this actor, page faults it took)."""
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         handle = self.send(num_tokens)
-        return handle, time.perf_counter() - t0
+        t1 = time.perf_counter()
+        return handle, t1 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 
 
 class Receiver:
@@ -102,6 +121,11 @@ class Receiver:
         v.copy_(payload.v)
         return t1 - t0, time.perf_counter() - t1
 
+    def map_store(self) -> tuple[int, float]:
+        """Map the store's existing pages here: (pages, seconds)."""
+        t0 = time.perf_counter()
+        return map_object_store_pages(), time.perf_counter() - t0
+
     def touch(self, handle) -> float:
         """Get the payload and read one value of each tensor (no copy): transfer only."""
         payload = self.transport.receive(handle)
@@ -113,20 +137,22 @@ def transfer_s(sender, receiver, num_tokens: int, repeats: int) -> dict[str, flo
     receive, timed from the driver up to the receiver holding usable tensors), `inside`
     (the send and the receive timed inside the two actors: the transport without actor-call
     overhead), `copy` (the paired baseline: the receiver's own in-process copy of the same
-    K/V right after, same moment and load) and the ratios copy/move, copy/inside."""
+    K/V right after, same moment and load), the ratios copy/move, copy/inside, and the
+    sender's page faults per send."""
     import ray
 
     ray.get([sender.prepare.remote(num_tokens), receiver.prepare.remote(num_tokens)])
-    handle, _ = ray.get(sender.send_timed.remote(num_tokens))
+    handle, _, _ = ray.get(sender.send_timed.remote(num_tokens))
     ray.get(receiver.receive.remote(handle))  # warm-up
     rows = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        handle, put_s = ray.get(sender.send_timed.remote(num_tokens))
+        handle, put_s, faults = ray.get(sender.send_timed.remote(num_tokens))
         get_s, copy_s = ray.get(receiver.receive.remote(handle))
         move = time.perf_counter() - t0 - copy_s
-        rows.append((move, put_s + get_s, copy_s, copy_s / move, copy_s / (put_s + get_s)))
-    keys = ("move", "inside", "copy", "ratio_move", "ratio_inside")
+        inside = put_s + get_s
+        rows.append((move, inside, copy_s, copy_s / move, copy_s / inside, faults))
+    keys = ("move", "inside", "copy", "ratio_move", "ratio_inside", "send_faults")
     return {k: statistics.median(r[i] for r in rows) for i, k in enumerate(keys)}
 
 
@@ -144,38 +170,67 @@ def pipelined_s(sender, receiver, num_tokens: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def run_placement(two_nodes: bool, repeats: int) -> dict[int, dict[str, float]]:
+PREALLOCATE = "RAY_preallocate_plasma_memory"
+
+
+def run_placement(
+    two_nodes: bool, repeats: int, steady: bool
+) -> tuple[dict[int, dict[str, float]], list[str]]:
+    """All sizes on a new local cluster (one node or two). `steady`: the stores preallocate
+    their memory (set in the environment the raylets inherit, then restored) and both actors
+    map the store's pages before any timing. Returns the figures per size and notes on the
+    page mapping."""
     import ray
 
     from pearl.runtime.topology import LocalCluster, worker_options
 
     store = 1536 * 1024**2
-    cluster = LocalCluster(head_cpus=2, head_gpu_ids=("a", "b"), object_store_bytes=store)
-    if two_nodes:
-        cluster.add_node("other", "preemptible", ["c"], num_cpus=1)
+    before = os.environ.pop(PREALLOCATE, None)
+    if steady:
+        os.environ[PREALLOCATE] = "1"
+    try:
+        cluster = LocalCluster(head_cpus=2, head_gpu_ids=("a", "b"), object_store_bytes=store)
+        if two_nodes:
+            cluster.add_node("other", "preemptible", ["c"], num_cpus=1)
+    finally:
+        os.environ.pop(PREALLOCATE, None)
+        if before is not None:
+            os.environ[PREALLOCATE] = before
     cluster.connect()
     try:
         s = ray.remote(Sender).options(**worker_options(("a",))).remote()
         r = ray.remote(Receiver).options(**worker_options(("c",) if two_nodes else ("b",))).remote()
-        out = {}
+        out, notes = {}, []
+        if steady:
+            ray.get([s.prepare.remote(1), r.prepare.remote(1)])
+            ray.get(r.receive.remote(ray.get(s.send_timed.remote(1))[0]))  # both map the store
+            for actor, name in ((s, "sender"), (r, "receiver")):
+                pages, secs = ray.get(actor.map_store.remote())
+                notes.append(f"{name}: {pages * mmap.PAGESIZE / 1024**3:.1f} GiB in {secs:.1f} s")
         for n in TOKENS:
             out[n] = transfer_s(s, r, n, repeats)
             out[n]["pipelined"] = pipelined_s(s, r, n, repeats)
-        return out
+        return out, notes
     finally:
         cluster.shutdown()
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--no-write", action="store_true", help="Do not update BENCHMARKS.md.")
-    ap.add_argument("--repeats", type=int, default=7)
-    args = ap.parse_args(argv)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+STORES = (("fresh", False), ("steady", True))
+HEADER = (
+    "| tokens | MiB | in-process copy | one node: one at a time | pipelined "
+    "| inside the actors | sender faults per send | two nodes: one at a time | pipelined "
+    "| inside the actors | target (one node, end to end) |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+)
 
-    same = run_placement(False, args.repeats)
-    cross = run_placement(True, args.repeats)
-    rows = []
+
+def table_rows(
+    same: dict[int, dict[str, float]], cross: dict[int, dict[str, float]]
+) -> tuple[list[str], list[str]]:
+    """One markdown row per size: GB/s (ratio to the paired in-process copy) per column;
+    and one verdict per size (one node, end to end: the better of one at a time and
+    pipelined)."""
+    rows, verdicts = [], []
     for n in TOKENS:
         nbytes = n * BYTES_PER_TOKEN
         one, two = same[n], cross[n]
@@ -185,26 +240,57 @@ def main(argv: list[str] | None = None) -> None:
 
         def group(m: dict[str, float]) -> str:
             return (
-                f"{cell(m['move'], m['ratio_move'])} | {cell(m['pipelined'], m['copy'] / m['pipelined'])} "
+                f"{cell(m['move'], m['ratio_move'])} "
+                f"| {cell(m['pipelined'], m['copy'] / m['pipelined'])} "
                 f"| {cell(m['inside'], m['ratio_inside'])}"
             )
 
         best = max(one["ratio_move"], one["copy"] / one["pipelined"])
         verdict = "meets" if best >= TARGET else "MISSES"
-        row = (
+        rows.append(
             f"| {n:,} | {nbytes / 1024**2:.0f} | {nbytes / one['copy'] / 1e9:.2f} | {group(one)} "
-            f"| {group(two)} | {verdict} >= {TARGET:.0%} |"
+            f"| {one['send_faults']:,.0f} | {group(two)} | {verdict} >= {TARGET:.0%} |"
         )
-        rows.append(row)
-        print(row)
+        verdicts.append(f"{nbytes / 1024**2:.0f} MiB {verdict.lower()} ({best:.0%})")
+    return rows, verdicts
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-write", action="store_true", help="Do not update BENCHMARKS.md.")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+    tables, verdicts, notes = {}, {}, []
+    for label, steady in STORES:
+        same, one_notes = run_placement(False, args.repeats, steady)
+        cross, two_notes = run_placement(True, args.repeats, steady)
+        tables[label], verdicts[label] = table_rows(same, cross)
+        notes += [f"one node, {x}" for x in one_notes] + [f"two nodes, {x}" for x in two_notes]
+        print(f"{label} store\n{HEADER}\n" + "\n".join(tables[label]), flush=True)
     body = f"""## KV transfer: object-store transport between two actors
 
-One request's KV shaped like Qwen3-8B's (36 layers x 8 KV heads x 128, bf16: 144 KiB per token). Transfer: the prefill actor `send`s it (numpy views, one `ray.put` copy into the object store) and the decode actor `receive`s usable tensors (zero-copy views on one node; pulled between the two nodes' stores on two). *One at a time*: the handle goes back through the driver; timed end to end from the driver with both actor calls, median of {args.repeats}. *Pipelined*: 2-8 transfers in flight (at most 512 MiB), each handle passed from the send call straight into the receive call; seconds per transfer. *Inside the actors*: the `send` and the `receive` timed inside the two actors (the transport itself, without Ray's actor-call overhead). Baseline, paired to cancel the load drift of a shared machine: an in-process copy of the same K and V into preallocated tensors (`Tensor.copy_`), timed inside the receiving actor right after each transfer (the copy `import_kv` makes into paged blocks, which an in-process handoff pays too). Cells: GB/s (baseline time / transfer time, median of the pairs). One torch thread everywhere. Machine: {machine_line()}, heavily shared with other jobs while measured (load average 10-25 on 2 cores): treat the figures as rough; the two-node case runs two raylets on the same 2 cores and pulls over loopback TCP.
+One request's KV shaped like Qwen3-8B's (36 layers x 8 KV heads x 128, bf16: 144 KiB per token). Transfer: the prefill actor `send`s it (numpy views of the K and V tensors, one `ray.put` copy into the object store) and the decode actor `receive`s usable tensors (zero-copy views on one node; pulled between the two nodes' stores on two). *One at a time*: the handle goes back through the driver; timed end to end from the driver with both actor calls, median of {args.repeats}. *Pipelined*: 2-8 transfers in flight (at most 512 MiB), each handle passed from the send call straight into the receive call; seconds per transfer. *Inside the actors*: the `send` and the `receive` timed inside the two actors (the transport itself, without Ray's actor-call overhead). Baseline, paired to cancel the load drift of a shared machine: an in-process copy of the same K and V into preallocated tensors (`Tensor.copy_`), timed inside the receiving actor right after each transfer (the copy `import_kv` makes into paged blocks, which an in-process handoff pays too). Cells: GB/s (baseline time / transfer time, median of the pairs). One torch thread everywhere. Machine: {machine_line()}, shared with other jobs while measured: treat the figures as rough; the two-node case runs two raylets on the same 2 cores and pulls over loopback TCP.
 Rerun: `.venv/bin/python -m bench.kv_transfer`.
 
-| tokens | MiB | in-process copy | one node: one at a time | pipelined | inside the actors | two nodes: one at a time | pipelined | inside the actors | target (one node, end to end) |
-|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
-{chr(10).join(rows)}
+**Where the time goes** (9 MiB, profiled inside the actors with page-fault counts). `KVPayload` already carries K and V as two contiguous tensors (not one per layer), so the transport ships two numpy views and Ray copies them once into the store; packing them into one buffer would add a 9 MiB copy to save one buffer's bookkeeping. On a fresh store the `ray.put` took 14-21 ms against ~1.5 ms for the memcpy it contains: about 2,300 page faults (one per 4 KiB page never touched before; 18,400 for 72 MiB), a few microseconds each on this loaded machine. The receive is zero-copy (0.6-1 ms). The codec used to walk the token-id tuple element by element (encode + decode of a 2k-token payload 7 ms, now 0.4 ms; 0.3 ms -> 0.13 ms at 64 tokens). What remains in steady state is Ray's fixed cost per object (store IPC to create and seal, its 6-thread copy of buffers over 1 MiB, reference counting: ~1.5-3 ms on a loaded 2-core machine), the get (~0.5-1 ms) and, end to end, two actor calls.
+
+**Steady state** is reached by a long-running worker on its own (Ray reuses freed store memory, so its sends land on pages it has touched); a worker can also pay the mapping up front with `map_object_store_pages()` (one `madvise` per run of existing pages; memory-neutral). Mapping the whole 1.5 GiB store took: {"; ".join(notes)}.
+
+**Before** (the previous code and harness, rerun on the same machine just before these changes at load 2-6; no fault column): 9 MiB 0.38 GB/s (9%) one at a time, 14% pipelined, 16% inside the actors; 72 MiB 34% / 21% / 42%; 288 MiB 80% / 80% / 91%; two nodes 6-11%. The fresh-store table below measures the same workload with the codec fix; the steady-state table is the new measurement.
+
+**Verdict** (one node, end to end, the better of one at a time and pipelined): fresh store {", ".join(verdicts["fresh"])}; steady state {", ".join(verdicts["steady"])}. Small payloads: Ray's fixed per-transfer costs (a few ms here) are as large as the whole 9 MiB copy (~1.5-3 ms), so an object-store handoff cannot reach 50% of an in-process copy at that size on this machine, whatever the transport does with the bytes; it takes tens of MiB to amortise them. Two nodes: the object is pulled between two raylets over loopback TCP in 5 MiB gRPC chunks (several copies per byte) on the same 2 loaded cores; that is Ray's object manager, not the transport (one try with 64 MiB chunks did not help); on a real cluster the NIC bounds it and an NCCL/NIXL transport is the intended path.
+
+### Fresh object store (Ray's defaults: each store page is zero-filled by the kernel on its first write)
+
+{HEADER}
+{chr(10).join(tables["fresh"])}
+
+### Steady state (store preallocated, its pages mapped in both actors before timing)
+
+{HEADER}
+{chr(10).join(tables["steady"])}
 """
     if not args.no_write:
         write_section("kv_transfer", body)

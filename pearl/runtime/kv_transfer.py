@@ -16,11 +16,12 @@ re-prefilled elsewhere; on the sender's node Ray drops a dead owner's objects
 asynchronously, so a receive right after the death may still succeed).
 
 Cost (bench/kv_transfer.py): the `ray.put` copy is the only copy; besides it Ray charges
-a fixed ~1-3 ms per object (store IPC, serialisation of the small rest) and, on a store
-page no process has written yet, a kernel zero-fill fault per 4 KiB page (about 2,300
-faults for 9 MiB, which used to cost more than the copy itself). Ray recycles freed store
-memory, so a long-running sender stops paying the faults once it has written its working
-set once; `RAY_preallocate_plasma_memory=1` on the raylets removes them from the start.
+a fixed ~1-3 ms per object (store IPC, serialisation of the small rest), and a process
+pays a page fault per 4 KiB store page it touches for the first time (about 2,300 for
+9 MiB: more than the copy itself), plus the kernel's zero-fill where no process has
+written the page yet. Ray recycles freed store memory, so a long-running sender stops
+paying them once it has touched its working set; `RAY_preallocate_plasma_memory=1` on the
+raylets and `map_object_store_pages()` in the worker pay them up front.
 
 `InProcessTransport` keeps payloads in a dict: for tests and single-process runs. Room is
 left for device-to-device transports (NCCL, NIXL) on GPU clusters: anything that implements
