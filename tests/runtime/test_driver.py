@@ -35,10 +35,13 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+@pytest.fixture(scope="module", params=["colocated", "disaggregated"])
+def run_dir(request, tmp_path_factory):
+    """One chaos run per PD mode family: the engine's free choice (colocated on a CPU) and
+    the disaggregated mode pinned (prefill -> KV transfer -> decode under the same chaos)."""
     from pearl.runtime.driver import run
 
+    disagg = request.param == "disaggregated"
     d = tmp_path_factory.mktemp("chaos")
     (d / "trace.json").write_text(json.dumps(TRACE))
     cfg = RunConfig.model_validate(
@@ -52,12 +55,31 @@ def run_dir(tmp_path_factory):
                 "max_staleness": 1,
             },
             "trainer": {"num_steps": 4, "lr": 0.01},
-            "cluster": {"num_dedicated": 1, "num_training": 1, "worker_init_failure_rate": 0.25},
+            "cluster": {
+                "num_dedicated": 2 if disagg else 1,
+                "num_training": 1,
+                "worker_init_failure_rate": 0.25,
+            },
             "trace": {"source": str(d / "trace.json"), "cap": 2},
+            "controller": {"modes": ["disaggregated"] if disagg else None},
         }
     )
     summary = run(cfg, out_dir=d / "run", live=False)
     return d / "run", summary
+
+
+def test_the_pinned_mode_is_kept_and_kv_moves(run_dir):
+    import yaml
+
+    out, _ = run_dir
+    if (yaml.safe_load((out / "config.yaml").read_text())["controller"]["modes"] or []) != [
+        "disaggregated"
+    ]:
+        pytest.skip("the engine's free choice: no mode pinned")
+    configs = [r["config"] for r in _lines(out / "steps.jsonl")]
+    assert configs and all(c is None or c.startswith("disaggregated") for c in configs)
+    moved = [r for r in _lines(out / "telemetry.jsonl") if r.get("t_kv_start_s") is not None]
+    assert moved, "no turn moved its KV from a prefill to a decode worker"
 
 
 def test_every_batch_has_exactly_b_distinct_trajectories(run_dir):
