@@ -190,7 +190,15 @@ class RayWorld(WorkerCommands):
             resumed=c.full_prefill and traj.num_interrupts > 0,
             t_queued_s=time.time(),
         )
-        res = await self._run_turn(req, c)
+        try:
+            res = await self._run_turn(req, c)
+        except Exception as err:  # noqa: BLE001 - never strand a trajectory: it is retried
+            log.exception("turn of %s failed", c.traj_id)
+            self.on_record("error", f"turn of {c.traj_id} failed: {err!r}"[:300])
+            res = TurnResult(
+                req.traj_id, req.turn, (), (), WORKER_LOST, c.prefill_worker_id,
+                error=f"turn failed: {err!r}"[:200],
+            )  # fmt: skip
         self.counters["turns"] += 1
         if res.interrupted or res.error is not None and not _is_length_refusal(res):
             traj.keep_partial(res.token_ids, res.logprobs, res.weight_version)
