@@ -16,9 +16,10 @@ for `RayWorld`, keyed by the tuple of device slots they are bound to:
   trainer restore its device state only after they have released theirs.
 
 Parks and activations are counted (`counters["parks"]`, `counters["activations"]` belong
-to the world) and recorded through `on_record`. A park that fails kills the actor (the
-slots are never lost); worker step records drained at park are kept for the next
-telemetry drain, and a parked actor is never asked for telemetry.
+to the world) and recorded through `on_record`. A park that fails or outlasts
+`PARK_TIMEOUT_S` kills the actor (the slots are never lost, nor kept past the return
+grace); worker step records drained at park are kept for the next telemetry drain, and a
+parked actor is never asked for telemetry.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-PARK_TIMEOUT_S = 60.0
+#: a park (after any activation in flight) taking longer kills the actor: the slots go back
+#: to training within the return grace (`trainer.return_grace_s`, 10 s by default)
+PARK_TIMEOUT_S = 8.0
 PRESTART_TIMEOUT_S = 120.0
 
 Slots = tuple[str, ...]
@@ -89,10 +92,10 @@ class ParkingLot:
         self, worker_id: str, handle: Any, slots: Slots, reason: str, after: Any = None
     ) -> bool:
         try:
-            if after is not None:
-                await settled(after)
-            park_ms = await asyncio.wait_for(_aget(handle.park.remote()), PARK_TIMEOUT_S)
-            _, steps = await asyncio.wait_for(_aget(handle.telemetry.remote()), 10.0)
+            async with asyncio.timeout(PARK_TIMEOUT_S):  # the return to training waits
+                if after is not None:
+                    await settled(after, PARK_TIMEOUT_S)
+                park_ms = await _aget(handle.park.remote())
         except Exception as err:  # noqa: BLE001 - a worker that cannot park is stopped
             self._in_flight.pop(slots, None)
             self._kill(handle)
@@ -100,7 +103,6 @@ class ParkingLot:
             self.on_record("error", f"park of {worker_id} failed: {type(err).__name__}: {err}")
             return False
         self._in_flight.pop(slots, None)
-        self._steps.extend(steps)
         old = self.parked.pop(slots, None)
         if old is not None and old is not handle:
             self._kill(old)
@@ -115,6 +117,11 @@ class ParkingLot:
                 "park_ms": round(float(park_ms), 2),
             },
         )
+        try:  # step records of the old worker id: kept for the next telemetry drain
+            _, steps = await asyncio.wait_for(_aget(handle.telemetry.remote()), 5.0)
+            self._steps.extend(steps)
+        except Exception:  # noqa: BLE001 - lost records are not worth a worker
+            pass
         return True
 
     def prestart(self, slots: Slots) -> asyncio.Task:
