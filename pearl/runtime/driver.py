@@ -338,7 +338,8 @@ class Driver(TrainingPipeline, Lending):
             and (c0.mode != c1.mode or _prefill_share_changed(c0, c1))
         ):
             engine_log = getattr(self.controller.advisor, "log", ())
-            last = next((x for x in reversed(engine_log) if x.startswith("decide")), None)
+            decided = [x for x in reversed(engine_log) if x.startswith("decide")]
+            last = next((x for x in decided if f": {c1} (" in x), decided[0] if decided else None)
             why = f"; decision engine: {last}" if last else ""
             self.note(
                 "pd_reconfig",
