@@ -104,7 +104,6 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
-
         self.gate_up_weight: torch.Tensor | None = None  # set by fuse_projections()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
