@@ -140,11 +140,12 @@ class DecodeRows:
             if slots * length > self.max_tokens:
                 return False
         shape = (*self.shape_prefix, slots, length, self.head_dim)
-        new_k = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        new_v = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        if self.k.numel():
-            new_k[:, :, : self.num_slots, : self.row_tokens] = self.k
-            new_v[:, :, : self.num_slots, : self.row_tokens] = self.v
+        with torch.inference_mode(False):  # normal tensors: writable inside and outside it
+            new_k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            new_v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            if self.k.numel():
+                new_k[:, :, : self.num_slots, : self.row_tokens] = self.k
+                new_v[:, :, : self.num_slots, : self.row_tokens] = self.v
         self.k, self.v = new_k, new_v
         self.num_slots, self.row_tokens = slots, length
         self._seq_in_row += [None] * (slots - len(self._seq_in_row))
