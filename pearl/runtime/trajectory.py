@@ -35,6 +35,8 @@ class RuntimeTrajectory:
     partial_versions: list[int] = field(default_factory=list)
     num_interrupts: int = 0
     num_resumes: int = 0
+    # the preserved prefix is a whole turn (cancelled after it had finished): not continued
+    partial_complete: bool = False
 
     def add_context(self, ids: list[int]) -> None:
         self.token_ids += ids
@@ -63,6 +65,7 @@ class RuntimeTrajectory:
         self.logprobs += self.partial_logprobs + list(logprobs)
         self.versions += self.partial_versions + [version] * len(ids)
         self.partial_ids, self.partial_logprobs, self.partial_versions = [], [], []
+        self.partial_complete = False
         self.num_turns += 1
         return turn_ids
 

@@ -23,6 +23,7 @@ from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.envs.pool import EnvPool
 from pearl.runtime.engine import ByteTokenizer, SamplingParams
+from pearl.runtime.flights import Flight, Flights
 from pearl.runtime.parking import ParkingLot
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
@@ -85,6 +86,7 @@ class RayWorld(WorkerCommands):
         # slot -> the trainer's release call (ObjectRef) a worker there must wait for
         self.device_free: dict[str, Any] = {}
         self.activating: dict[str, Any] = {}
+        self.flights = Flights(self.workers.get)
         self.lot = ParkingLot(
             training_slots,
             enabled=cfg.cluster.park_borrowed_workers,
@@ -117,6 +119,8 @@ class RayWorld(WorkerCommands):
 
     # -- commands ------------------------------------------------------------------------
     def execute(self, c: Any) -> None:
+        if isinstance(c, cmd.Interrupt | cmd.StopWorker):  # the book has interrupted them
+            self.flights.cancel_on(c.worker_id)
         handler = getattr(self, f"_do_{type(c).__name__}", None)
         if handler is None:
             log.debug("world: nothing to do for %s", type(c).__name__)
@@ -143,8 +147,13 @@ class RayWorld(WorkerCommands):
         self.spawn(self._turn(c))
 
     async def _turn(self, c: cmd.Route) -> None:
+        await self.flights.wait_idle(c.traj_id)
         traj = self.trajs.get(c.traj_id)
         if traj is None:
+            return
+        if traj.done:  # its episode ended while this route waited: close it in the book
+            self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
+            self.emit(ev.TrajectoryDone(self.now(), c.traj_id))
             return
         rc = self.cfg.rollout
         prompt = traj.prompt()
@@ -159,10 +168,14 @@ class RayWorld(WorkerCommands):
                     "context_tokens": len(prompt),
                 },
             )
-        if traj.partial_ids and len(traj.partial_ids) >= rc.max_new_tokens:
+        if traj.partial_ids and (
+            traj.partial_complete or len(traj.partial_ids) >= rc.max_new_tokens
+        ):
             # interrupted after its last token: the turn is complete, its env step follows
             turn_ids = traj.finish_turn((), (), traj.partial_versions[-1])
             self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
+            self.flights.begin(c.traj_id, Flight("", "", ""))  # busy until the env answers
+            self.flights.land(c.traj_id)
             self.env.submit_step(c.traj_id, self.tok.decode([t for t in turn_ids if t < 256]))
             return
         budget = min(rc.max_new_tokens - len(traj.partial_ids), rc.max_context_tokens - len(prompt))
@@ -190,6 +203,8 @@ class RayWorld(WorkerCommands):
             resumed=c.full_prefill and traj.num_interrupts > 0,
             t_queued_s=time.time(),
         )
+        dec_id = c.decode_worker_id or c.prefill_worker_id
+        self.flights.begin(c.traj_id, Flight(req.request_id, c.prefill_worker_id, dec_id))
         try:
             res = await self._run_turn(req, c)
         except Exception as err:  # noqa: BLE001 - never strand a trajectory: it is retried
@@ -200,26 +215,17 @@ class RayWorld(WorkerCommands):
                 error=f"turn failed: {err!r}"[:200],
             )  # fmt: skip
         self.counters["turns"] += 1
+        flight = self.flights.land(c.traj_id)
+        ended = res.interrupted or res.error is not None
+        if flight is not None and flight.cancelled and not ended:
+            # the controller interrupted it after it had finished: keep it as a whole prefix
+            traj.keep_partial(res.token_ids, res.logprobs, res.weight_version)
+            traj.partial_complete = True
+            self._interrupted(c, res, traj, "cancelled by the controller after it finished")
+            return
         if res.interrupted or res.error is not None and not _is_length_refusal(res):
             traj.keep_partial(res.token_ids, res.logprobs, res.weight_version)
-            self.counters["interrupts"] += 1
-            self.on_record(
-                "interrupt",
-                {
-                    "traj_id": c.traj_id,
-                    "worker": res.worker_id,
-                    "reason": res.error or res.finish_reason,
-                    "kept_tokens": len(res.token_ids),
-                },
-            )
-            self.emit(
-                ev.RequestInterrupted(
-                    self.now(),
-                    c.traj_id,
-                    res.worker_id or c.prefill_worker_id,
-                    len(traj.partial_ids),
-                )
-            )
+            self._interrupted(c, res, traj, res.error or res.finish_reason)
             return
         if res.error is not None:  # refused for length: the trajectory ends here
             traj.truncated = True
@@ -231,6 +237,27 @@ class RayWorld(WorkerCommands):
         self._finish_turn_event(c.traj_id, res.worker_id, res.record)
         text = self.tok.decode([t for t in turn_ids if t < 256])
         self.env.submit_step(c.traj_id, text)
+
+    def _interrupted(
+        self, c: cmd.Route, res: TurnResult, traj: RuntimeTrajectory, why: str
+    ) -> None:
+        """The turn ended interrupted, its prefix kept: the controller routes it again."""
+        self.counters["interrupts"] += 1
+        self.on_record(
+            "interrupt",
+            {
+                "traj_id": c.traj_id,
+                "worker": res.worker_id,
+                "reason": why,
+                "kept_tokens": len(res.token_ids),
+            },
+        )
+        self.flights.settle(c.traj_id)
+        self.emit(
+            ev.RequestInterrupted(
+                self.now(), c.traj_id, res.worker_id or c.prefill_worker_id, len(traj.partial_ids)
+            )
+        )
 
     async def _run_turn(self, req: TurnRequest, c: cmd.Route) -> TurnResult:
         pre_h = self.workers.get(c.prefill_worker_id)
@@ -278,6 +305,7 @@ class RayWorld(WorkerCommands):
         self.emit(ev.TurnFinished(self.now(), traj_id, worker_id, record))
 
     def _on_env_result(self, res: Any) -> None:
+        self.flights.settle(res.traj_id)  # a route waiting for this step may go (it runs later)
         traj = self.trajs.get(res.traj_id)
         if traj is None:
             return
@@ -307,6 +335,7 @@ class RayWorld(WorkerCommands):
         self.emit(ev.TrajectoryReady(self.now(), traj.traj_id))
 
     def _traj_done(self, traj: RuntimeTrajectory) -> None:
+        self.flights.settle(traj.traj_id)
         if traj.done:
             return
         traj.done = True

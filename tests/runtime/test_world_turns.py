@@ -5,6 +5,7 @@ import asyncio
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
+from pearl.runtime.flights import Flight
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
 from pearl.runtime.worker_api import EngineSpec
@@ -36,3 +37,107 @@ def test_a_turn_that_raises_comes_back_as_an_interruption():
     assert events[0].traj_id == "s0-g0-0" and not traj.done
     assert any(kind == "error" and "a bug in the turn path" in str(p) for kind, p in records)
     assert world.counters["interrupts"] == 1
+
+
+def _world(events, records=None):
+    return RayWorld(
+        RunConfig(),
+        EngineSpec(),
+        emit=events.append,
+        now=lambda: 1.0,
+        on_record=lambda kind, payload: (records if records is not None else []).append(
+            (kind, payload)
+        ),
+    )
+
+
+class _FakeHandle:
+    def __init__(self):
+        self.interrupted = []
+
+        class _M:
+            def remote(inner, ids=None):  # noqa: N805 - a stand-in for an actor method
+                self.interrupted.append(ids)
+
+        self.interrupt = _M()
+
+
+def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
+    """Split turn w0 -> w1; the controller interrupts w0 while w1 is decoding: w1 is told to
+    abort that request; if the turn still comes back complete it is kept as a whole
+    prefix, and the next route finishes it without generating (no second env step)."""
+    from pearl.runtime.worker_api import TurnResult as TR
+
+    events = []
+    world = _world(events)
+    w1 = _FakeHandle()
+    world.workers.update({"w0": _FakeHandle(), "w1": w1})
+    calls, steps = [], []
+    world.env.submit_step = lambda tid, text: steps.append((tid, text))
+
+    async def scenario():
+        traj = RuntimeTrajectory("s0-g0-0", 0, 0, 0)
+        traj.add_context([1, 2, 3])
+        world.trajs[traj.traj_id] = traj
+        gate = asyncio.Event()
+
+        async def run_turn(req, c):
+            calls.append(req.request_id)
+            await gate.wait()
+            return TR(req.traj_id, req.turn, (65, 66), (-0.1, -0.2), "stop", "w1", 4)
+
+        world._run_turn = run_turn
+        first = asyncio.create_task(world._turn(cmd.Route("s0-g0-0", "w0", "w1")))
+        await asyncio.sleep(0)
+        world.execute(cmd.Interrupt("w0"))  # the book interrupts s0-g0-0 now
+        second = asyncio.create_task(world._turn(cmd.Route("s0-g0-0", "w2", None, True)))
+        await asyncio.sleep(0)
+        gate.set()
+        await first
+        await second
+        return traj
+
+    try:
+        traj = asyncio.run(scenario())
+    finally:
+        world.env.shutdown()
+    assert calls == ["s0-g0-0#0"]  # the second route did not generate again
+    assert steps == [("s0-g0-0", "AB")]  # one env step, with the whole turn
+    assert w1.interrupted == [("s0-g0-0#0",)]
+    assert [type(e).__name__ for e in events] == ["RequestInterrupted", "TurnFinished"]
+    assert traj.num_turns == 1 and traj.token_ids[-2:] == [65, 66]
+    assert traj.partial_ids == [] and not traj.partial_complete
+
+
+def test_a_route_waits_for_the_env_step_and_closes_a_finished_episode():
+    """A route that raced with the previous turn's env step waits for it; when that step
+    ended the episode, the route only closes the trajectory in the book."""
+    events = []
+    world = _world(events)
+    ran = []
+
+    async def scenario():
+        traj = RuntimeTrajectory("s0-g0-1", 0, 0, 1)
+        traj.add_context([1, 2])
+        world.trajs[traj.traj_id] = traj
+        world.flights.begin(traj.traj_id, Flight("", "", ""))  # an env step in flight
+        world.flights.land(traj.traj_id)
+
+        async def run_turn(req, c):
+            ran.append(req.request_id)
+
+        world._run_turn = run_turn
+        route = asyncio.create_task(world._turn(cmd.Route("s0-g0-1", "w3", None, True)))
+        await asyncio.sleep(0.01)
+        assert not route.done() and not ran  # waiting for the env step
+        traj.done = True  # the env step ended the episode
+        world._traj_done(traj)  # settles (already done: emits nothing itself)
+        await route
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        world.env.shutdown()
+    assert not ran
+    assert [type(e).__name__ for e in events] == ["TurnFinished", "TrajectoryDone"]
+    assert events[0].worker_id == "w3"

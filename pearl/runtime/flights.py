@@ -1,0 +1,82 @@
+"""Turns in flight in the real world, kept consistent with the controller's book (issue 7).
+
+The controller counts a split turn on both of its workers: when it interrupts or stops a
+worker, it marks every trajectory routed through that worker interrupted at once and may
+route it again in the same breath (`TrajectoryBook.interrupt_workers`). The world must make
+that true:
+
+* `cancel_on(worker)` marks each turn routed through the worker cancelled and aborts it on
+  its *other* worker too (a turn whose KV already moved to a decode worker keeps decoding
+  there otherwise); a cancelled turn that still came back complete is kept as an
+  interrupted turn's prefix (`RuntimeTrajectory.partial_complete`), so the next route
+  finishes it without generating more;
+* one trajectory never has two turns, or a turn and an environment step, in flight: a route
+  waits until the trajectory is `settle`d (its turn interrupted, its environment step
+  answered, or its episode over).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Flight:
+    """One turn in flight: its route and whether the controller has interrupted it."""
+
+    request_id: str
+    prefill_worker: str
+    decode_worker: str
+    cancelled: bool = False
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.prefill_worker, self.decode_worker)))
+
+
+class Flights:
+    """Turns in flight and busy trajectories of one `RayWorld` (see the module docstring)."""
+
+    def __init__(self, handle_of: Callable[[str], Any]) -> None:
+        self._handle_of = handle_of
+        self._flights: dict[str, Flight] = {}
+        self._busy: dict[str, asyncio.Future] = {}
+
+    async def wait_idle(self, traj_id: str) -> None:
+        """Return when the trajectory has no turn and no environment step in flight."""
+        while (f := self._busy.get(traj_id)) is not None and not f.done():
+            await asyncio.shield(f)
+
+    def begin(self, traj_id: str, flight: Flight) -> None:
+        self._flights[traj_id] = flight
+        self._busy[traj_id] = asyncio.get_running_loop().create_future()
+
+    def land(self, traj_id: str) -> Flight | None:
+        """The turn came back (the trajectory stays busy until `settle`)."""
+        return self._flights.pop(traj_id, None)
+
+    def settle(self, traj_id: str) -> None:
+        """Nothing of the trajectory is in flight any more: a waiting route may go."""
+        f = self._busy.pop(traj_id, None)
+        if f is not None and not f.done():
+            f.set_result(None)
+
+    def cancel_on(self, worker_id: str) -> list[str]:
+        """Cancel every turn routed through `worker_id`; returns their trajectory ids."""
+        hit = []
+        for traj_id, fl in self._flights.items():
+            if fl.cancelled or worker_id not in fl.workers:
+                continue
+            fl.cancelled = True
+            hit.append(traj_id)
+            for other in fl.workers:
+                h = self._handle_of(other) if other != worker_id else None
+                if h is not None:
+                    try:
+                        h.interrupt.remote((fl.request_id,))
+                    except Exception:  # noqa: BLE001 - a dead worker holds nothing
+                        pass
+        return hit
