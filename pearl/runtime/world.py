@@ -157,7 +157,7 @@ class RayWorld(WorkerCommands):
             return
         rc = self.cfg.rollout
         prompt = traj.prompt()
-        if c.full_prefill and traj.num_interrupts:
+        if c.full_prefill and traj.num_resumes < traj.num_interrupts:  # once per interruption
             traj.num_resumes += 1
             self.counters["resumes"] += 1
             self.on_record(
