@@ -3,7 +3,7 @@
 The paged cache (`kv_cache.KVCache`) is the source of truth: prefix caching, KV export and
 import, and chunked prefill all work on blocks. But gathering every decoding sequence's
 blocks into a padded key grid costs a copy of the whole batch's KV per layer per step (the
-same bytes HF's growing cache concatenates per step), which is most of a small model's
+same bytes HF's growing cache concatenates per step), a large share of a small model's
 decode step on a CPU. `DecodeRows` keeps, next to the pages, one row per decoding
 sequence: K/V of tokens [0, n) at positions [0, n) of the row, laid out
 [num_layers, kv_heads, num_rows, row_tokens, head_dim] so that a layer's rows are directly
@@ -14,7 +14,8 @@ only when it (re)enters the decode group (after prefill, an import, a preemption
 Rows are freed as soon as a sequence is not in a step's decode group. The rows take at most
 `max_tokens` token slots (rows x row length); past that the engine falls back to gathering
 pages for the step (`plan` returns None), which is also what a device with a real paged
-attention kernel would prefer.
+attention kernel would prefer. The storage grows with demand and is kept (never shrunk)
+until the engine releases its device state.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _ROW_GRANULE_TOKENS = 64  # row length grows in these steps (amortises the re-la
 _SLOT_GRANULE = 8
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodePlan:
     """Where this step's decode tokens live in the rows (one per decode token, packed order).
 
