@@ -60,19 +60,32 @@ def main() -> None:
         f"| borrows / returns (late returns) | {ev.get('borrow', 0)} / {ev.get('return', 0)} ({s.get('late_returns', 0)}) |",
         f"| PD reconfigurations | {ev.get('pd_reconfig', 0)} |",
         f"| interrupted / resumed requests | {ev.get('interrupt', 0)} / {ev.get('resume', 0)} |",
+        f"| parked-worker activations / parks | {ev.get('activation', 0)} / {ev.get('park', 0)} |",
+        f"| PD configs the steps ran on | {', '.join(_configs(run_dir))} |",
         f"| median relative error, predicted vs measured rollout makespan | {err:.0%} over {mp.get('num_steps')} steps (signed {mp.get('median_rel_error'):+.0%}) |"
         if err is not None
         else "| median relative error, predicted vs measured rollout makespan | no step with both |",
         "",
-        "The measured makespan runs from a batch's start to its last trajectory; with two batches",
-        "in flight (staleness 1) and worker starts sharing the CPU, it includes waiting that the",
-        "model's single-batch prediction does not; how much of the error that explains is not",
-        "yet separated out.",
+        "The workload is the `transcript` style of `guess` (about 100 new prompt tokens per",
+        "turn) with the disaggregated mode pinned (README, \"PD mode and ratio in the demo\"): the",
+        "P:D ratio is the decision engine's choice for each pool size. The measured makespan runs",
+        "from a batch's start to its last trajectory; with two batches in flight (staleness 1)",
+        "and worker starts sharing the CPU it includes waiting that the model's single-batch",
+        "prediction does not.",
     ]
     body = "\n".join(lines)
     print(body)
     if "--no-write" not in sys.argv:
         write_section("demo", body)
+
+
+def _configs(run_dir: Path) -> list[str]:
+    """The distinct PD configs of the trained steps, in order of first use."""
+    seen: dict[str, None] = {}
+    for line in (run_dir / "steps.jsonl").read_text().splitlines():
+        if line.strip():
+            seen.setdefault(str(json.loads(line).get("config")), None)
+    return list(seen)
 
 
 if __name__ == "__main__":
