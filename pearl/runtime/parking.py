@@ -7,8 +7,9 @@ for `RayWorld`, keyed by the tuple of device slots they are bound to:
 * `park(worker_id, handle, slots)`: a borrowed worker that must go back to training is
   parked (`RolloutWorker.park`: in-flight turns come back interrupted with their prefix,
   weights and KV leave the device) instead of killed; the process stays.
-* `prestart(slots)`: at run start a worker is started on the slots and parked at once, so
-  that even the first borrow is an activation, not a process start.
+* `prestart(slots)`: at run start a worker is started on the slots, warmed up (the one-time
+  cost of a process's first weight sync) and parked, so that even the first borrow is an
+  activation, not a process start.
 * `take(slots)`: the next borrow of exactly those slots gets the parked actor (after any
   park or pre-start of overlapping slots has finished); actors parked on a different
   grouping of those slots are killed so that a fresh worker can bind them.
@@ -143,7 +144,15 @@ class ParkingLot:
                 self._kill(h)
             self.on_record("error", f"pre-start on {list(slots)} failed: {err}"[:300])
             return False
-        return await self._park(worker_id, handle, slots, "pre-started overlap worker")
+        try:  # the first weight sync's one-time cost, paid now rather than at a borrow
+            warm_ms = await asyncio.wait_for(_aget(handle.warm_up.remote()), PRESTART_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - only the first activation is slower
+            log.info("warm-up on %s failed: %s", slots, err)
+            warm_ms = None
+        reason = "pre-started overlap worker" + (
+            f" (warm-up {warm_ms:.0f} ms)" if warm_ms is not None else ""
+        )
+        return await self._park(worker_id, handle, slots, reason)
 
     def _pending(self, slots: Slots, task: asyncio.Task) -> None:
         self.pending[slots] = task

@@ -5,7 +5,7 @@ worker actor: park interrupts a turn in flight (its generated prefix comes back)
 device state and refuses requests; activation keeps the same process, takes the new worker
 id (on results and telemetry), restores device state, syncs to a newer weight version and
 serves the same tokens as a reference engine with those weights. On `RayWorld`: a
-pre-started worker is parked at run start, InitWorker on its slots activates it (same
+pre-started worker is warmed up and parked at run start, InitWorker on its slots activates it (same
 process, WorkerReady), StopWorker parks it again, and with the switch off it is killed.
 The driver's return path is checked without Ray: the trainer restores only after the park.
 """
@@ -57,6 +57,8 @@ def test_park_then_activate_keeps_the_process_and_takes_the_new_id(cluster) -> N
     w = start_worker("old", "colocated", ("t0",), SPEC)
     before = ray.get(w.ready.remote())
     assert not before.parked and not before.released and before.pid > 0
+    # The pre-start warm-up reinstalls the loaded weights: tokens below still match SPEC's.
+    assert ray.get(w.warm_up.remote()) >= 0 and ray.get(w.status.remote()).weight_version == 0
     # A long turn is streaming when the worker is parked: it comes back interrupted with
     # every token generated so far, and those are the reference engine's first tokens.
     long = SamplingParams(temperature=0.0, max_new_tokens=2000)
@@ -155,6 +157,8 @@ def test_world_prestarts_activates_and_parks_on_training_slots(cluster) -> None:
         try:
             assert world.prestart_parked() == 1
             await _until(lambda: ("t1",) in world.lot.parked)
+            (pre,) = [p for k, p in rec.records if k == "park"]
+            assert pre["worker"] == "parked-t1" and "warm-up" in pre["reason"]
             pid0 = await _pid(world.lot.parked[("t1",)])
             world.execute(cmd.InitWorker("w7", ("t1",), Role.COLOCATED, "borrow-1"))
             await _until(lambda: rec.events)
