@@ -91,7 +91,7 @@ class Driver(TrainingPipeline, Lending):
         self.queue.put_nowait(event)
 
     def record(self, kind: str, payload: Any) -> None:
-        if kind in ("interrupt", "resume", "park", "activation"):
+        if kind in ("interrupt", "resume", "park", "activation", "warm_up", "init_abandoned"):
             self.recorder.record_event(
                 self.now(),
                 kind,

@@ -7,9 +7,9 @@ for `RayWorld`, keyed by the tuple of device slots they are bound to:
 * `park(worker_id, handle, slots)`: a borrowed worker that must go back to training is
   parked (`RolloutWorker.park`: in-flight turns come back interrupted with their prefix,
   weights and KV leave the device) instead of killed; the process stays.
-* `prestart(slots)`: at run start a worker is started on the slots, warmed up (the one-time
-  cost of a process's first weight sync) and parked, so that even the first borrow is an
-  activation, not a process start.
+* `prestart(slots)`: at run start a worker is started on the slots, parked and then warmed
+  up while parked (the one-time cost of a process's first weight sync), so that even the
+  first borrow is an activation, not a process start.
 * `take(slots)`: the next borrow of exactly those slots gets the parked actor (after any
   park or pre-start of overlapping slots has finished); actors parked on a different
   grouping of those slots are killed so that a fresh worker can bind them.
@@ -67,7 +67,8 @@ class ParkingLot:
         self.on_record = on_record
         self.counters = counters
         self.parked: dict[Slots, Any] = {}
-        self.pending: dict[Slots, asyncio.Task] = {}
+        self.pending: dict[Slots, asyncio.Future] = {}  # device held: parks, pre-starts
+        self.warming: dict[Slots, asyncio.Task] = {}  # pre-starts until warmed up
         self._in_flight: dict[Slots, Any] = {}  # handles being parked or pre-started
         self._steps: list[Any] = []
 
@@ -126,13 +127,19 @@ class ParkingLot:
         return True
 
     def prestart(self, slots: Slots) -> asyncio.Task:
-        """Start a worker on `slots` in the background and park it as soon as it is ready."""
+        """Start a worker on `slots` in the background, park it as soon as it is ready, then
+        warm it up parked. `waiting` covers the start and park (the device is held), `take`
+        also the warm-up."""
         slots = tuple(slots)
-        task = self._spawn(self._prestart(slots))
-        self._pending(slots, task)
+        held: asyncio.Future = asyncio.get_running_loop().create_future()
+        task = self._spawn(self._prestart(slots, held))
+        self._pending(slots, held)
+        self.warming[slots] = task
+        task.add_done_callback(lambda t: self.warming.pop(slots, None))
+        task.add_done_callback(lambda t: held.done() or held.set_result(False))
         return task
 
-    async def _prestart(self, slots: Slots) -> bool:
+    async def _prestart(self, slots: Slots, held: asyncio.Future) -> bool:
         worker_id = "parked-" + "-".join(slots)
         try:
             handle = self._start(worker_id, "colocated", slots)
@@ -144,27 +151,36 @@ class ParkingLot:
                 self._kill(h)
             self.on_record("error", f"pre-start on {list(slots)} failed: {err}"[:300])
             return False
+        parked = await self._park(worker_id, handle, slots, "pre-started overlap worker")
+        held.set_result(parked)  # the device is free (or the actor killed)
+        if not parked or self.parked.get(slots) is not handle:
+            return parked
         try:  # the first weight sync's one-time cost, paid now rather than at a borrow
             warm_ms = await asyncio.wait_for(_aget(handle.warm_up.remote()), PRESTART_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - only the first activation is slower
             log.info("warm-up on %s failed: %s", slots, err)
-            warm_ms = None
-        reason = "pre-started overlap worker" + (
-            f" (warm-up {warm_ms:.0f} ms)" if warm_ms is not None else ""
+            return True
+        self.on_record(
+            "warm_up",
+            {
+                "reason": f"parked worker on {list(slots)} warmed up (first weight install)",
+                "gpus": list(slots),
+                "warm_up_ms": round(float(warm_ms), 2),
+            },
         )
-        return await self._park(worker_id, handle, slots, reason)
+        return True
 
-    def _pending(self, slots: Slots, task: asyncio.Task) -> None:
+    def _pending(self, slots: Slots, task: asyncio.Future) -> None:
         self.pending[slots] = task
 
-        def done(t: asyncio.Task) -> None:
+        def done(t: asyncio.Future) -> None:
             if self.pending.get(slots) is t:
                 del self.pending[slots]
 
         task.add_done_callback(done)
 
-    def waiting(self, slots: Slots) -> list[asyncio.Task]:
-        """Parks and pre-starts still running on any of `slots`."""
+    def waiting(self, slots: Slots) -> list[asyncio.Future]:
+        """Parks and pre-starts (until parked) still holding device state on any of `slots`."""
         want = set(slots)
         return [t for s, t in self.pending.items() if want.intersection(s) and not t.done()]
 
@@ -174,7 +190,10 @@ class ParkingLot:
         parks and pre-starts on those slots first; kills actors parked on overlapping but
         different slot tuples (their slots must be free for a fresh start)."""
         slots = tuple(slots)
-        while waiting := self.waiting(slots):
+        while waiting := [
+            *self.waiting(slots),
+            *(t for s, t in self.warming.items() if set(s).intersection(slots)),
+        ]:
             await asyncio.wait(waiting)
         handle = self.parked.pop(slots, None)
         for other in [s for s in self.parked if set(s).intersection(slots)]:
@@ -188,7 +207,15 @@ class ParkingLot:
             self._kill(old)
         self.parked[tuple(slots)] = handle
 
-    def record_activation(self, worker_id: str, slots: Slots, role: str, ms: float) -> None:
+    def record_activation(
+        self,
+        worker_id: str,
+        slots: Slots,
+        role: str,
+        ms: float,
+        waits: dict[str, float] | None = None,
+    ) -> None:
+        """Count and record an activation (`waits`: what it waited for first, in ms)."""
         self.counters["activations"] = self.counters.get("activations", 0) + 1
         self.on_record(
             "activation",
@@ -198,6 +225,7 @@ class ParkingLot:
                 "gpus": list(slots),
                 "role": role,
                 "activation_ms": round(float(ms), 2),
+                **(waits or {}),
             },
         )
 

@@ -147,11 +147,13 @@ class WorkerControl:
         return self.engine.weight_version
 
     async def warm_up(self) -> float:
-        """Do the one-time work of a process's first weight sync ahead of time: registry
-        lookup, a first object-store fetch and a first weight install (the engine's first
-        `load_weights` costs seconds on a small machine, later ones milliseconds). It
-        reinstalls the weights already loaded, so nothing changes. A pre-started worker
-        does it before it parks, so that its first activation syncs fast. Returns ms."""
+        """Pay the one-time cost of a process's first weight sync ahead of time: registry
+        lookup, first object-store fetch, first weight install (the engine's first
+        `load_weights` costs seconds on a small machine, later ones milliseconds). Installs
+        the newest published snapshot unless the engine already holds a newer version
+        (works parked: the weights then wait off the device); with no snapshot it
+        reinstalls the loaded weights. A pre-started worker does it once parked, so that
+        its first activation syncs fast. Returns the time it took in ms."""
         import ray
 
         t0 = time.perf_counter()
@@ -160,11 +162,12 @@ class WorkerControl:
         except ValueError:  # no registry (yet): only the install is warmed up
             registry = None
         snap = await registry.latest.remote() if registry is not None else None
-        if snap is not None:
-            await asyncio.to_thread(fetch_weights, snap)
+        weights = await asyncio.to_thread(fetch_weights, snap) if snap is not None else None
+        engine = self.engine
         async with self._lock:
-            if not self.engine.is_released:
-                engine = self.engine
+            if snap is not None and snap.version >= engine.weight_version:
+                await asyncio.to_thread(engine.load_weights, weights, snap.version)
+            elif snap is None and not engine.is_released:
                 await asyncio.to_thread(
                     lambda: engine.load_weights(engine.state_dict(), engine.weight_version)
                 )

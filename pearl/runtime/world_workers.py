@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -66,22 +67,42 @@ class WorkerCommands:
             )
             return
         slots = tuple(c.gpu_ids)
+        t0 = time.perf_counter()
         await self._device_free(slots)
+        t1 = time.perf_counter()
         if c.worker_id not in self.starting:  # stopped while the trainer released
+            self._abandoned(c, "the trainer's release", t0, t1, t1)
             return
         if self.lot.owns(slots):
             handle = await self.lot.take(slots)
+            t2 = time.perf_counter()
             if c.worker_id not in self.starting:  # stopped while waiting for the slots
                 if handle is not None:
                     self.lot.put_back(slots, handle)
+                self._abandoned(c, "the slots' park or pre-start", t0, t1, t2)
                 return
-            if handle is not None and await self._activate(c, handle):
+            waits = {"trainer_release_wait_ms": _ms(t1 - t0), "slot_wait_ms": _ms(t2 - t1)}
+            if handle is not None and await self._activate(c, handle, waits):
                 return
             if c.worker_id not in self.starting:
                 return
         await self._start_fresh(c)
 
-    async def _activate(self, c: cmd.InitWorker, handle: Any) -> bool:
+    def _abandoned(self, c: cmd.InitWorker, stage: str, t0: float, t1: float, t2: float) -> None:
+        self.on_record(
+            "init_abandoned",
+            {
+                "reason": f"{c.worker_id} stopped while waiting for {stage}",
+                "worker": c.worker_id,
+                "gpus": list(c.gpu_ids),
+                "trainer_release_wait_ms": _ms(t1 - t0),
+                "slot_wait_ms": _ms(t2 - t1),
+            },
+        )
+
+    async def _activate(
+        self, c: cmd.InitWorker, handle: Any, waits: dict[str, float] | None = None
+    ) -> bool:
         """Unpark `handle` as `c.worker_id`; False: it failed and was killed (start anew)."""
         self.workers[c.worker_id] = handle
         ref = handle.activate_as.remote(c.worker_id, c.role)
@@ -99,7 +120,7 @@ class WorkerCommands:
         if c.worker_id not in self.workers:
             return True  # stopped while activating: the stop parked it again
         self.starting.discard(c.worker_id)
-        self.lot.record_activation(c.worker_id, tuple(c.gpu_ids), str(c.role), ms)
+        self.lot.record_activation(c.worker_id, tuple(c.gpu_ids), str(c.role), ms, waits)
         self.emit(ev.WorkerReady(self.now(), c.worker_id))
         return True
 
@@ -225,6 +246,10 @@ class WorkerCommands:
 
 async def _aget(ref: Any) -> Any:
     return await ref
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 1)
 
 
 def kill_handle(handle: Any) -> None:

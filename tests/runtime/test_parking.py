@@ -158,11 +158,13 @@ def test_world_prestarts_activates_and_parks_on_training_slots(cluster) -> None:
             assert world.prestart_parked() == 1
             await _until(lambda: ("t1",) in world.lot.parked)
             (pre,) = [p for k, p in rec.records if k == "park"]
-            assert pre["worker"] == "parked-t1" and "warm-up" in pre["reason"]
+            assert pre["worker"] == "parked-t1" and pre["gpus"] == ["t1"]
             pid0 = await _pid(world.lot.parked[("t1",)])
             world.execute(cmd.InitWorker("w7", ("t1",), Role.COLOCATED, "borrow-1"))
             await _until(lambda: rec.events)
             assert rec.events == [ev.WorkerReady(rec.events[0].time_s, "w7")]
+            kinds = [k for k, _ in rec.records]  # warmed up parked, before the activation
+            assert kinds.index("park") < kinds.index("warm_up") < kinds.index("activation")
             h = world.workers["w7"]
             status = await h.status.remote()
             assert status.pid == pid0 and status.worker_id == "w7" and not status.released
