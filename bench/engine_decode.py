@@ -135,7 +135,7 @@ def main() -> None:
     run_engine(engine, workload("uniform", 2, seed=9))  # warm-up both
     run_hf(hf, workload("uniform", 2, seed=9), 2, device)
 
-    rows, ratio_32 = [], {}
+    rows, ratio_32, pairs_32 = [], {}, {}
     weights, version = hf.state_dict(), 1
     for batch in BATCHES:
         engine.scheduler.max_num_seqs = batch
@@ -156,19 +156,32 @@ def main() -> None:
             ours_cpu, ref_cpu = min(c.cpu_s for c in ours_runs), min(c.cpu_s for c in ref_runs)
             t_ours, t_hf = (ours_wall, ref_wall) if use_wall else (ours_cpu, ref_cpu)
             ratio, wall_ratio = t_hf / t_ours, ref_wall / ours_wall
+            pair_ratios = [
+                (r.wall_s / o.wall_s) if use_wall else (r.cpu_s / o.cpu_s)
+                for o, r in zip(ours_runs, ref_runs, strict=True)
+            ]
+            spread = f"{min(pair_ratios):.2f}-{max(pair_ratios):.2f}x"
             if batch == 32:
                 ratio_32[kind] = ratio
+                pairs_32[kind] = pair_ratios
             rows.append(
                 f"| {batch} | {kind} | {tokens / t_ours:,.0f} | {tokens / t_hf:,.0f} "
-                f"| {ratio:.2f}x | {wall_ratio:.2f}x | {static_slots_per_token(reqs, batch):.2f} |"
+                f"| {ratio:.2f}x | {spread} | {wall_ratio:.2f}x "
+                f"| {static_slots_per_token(reqs, batch):.2f} |"
             )
             print(
                 f"batch {batch:>2} {kind:>7}: engine {tokens / t_ours:8.0f} tok/s, "
                 f"HF generate {tokens / t_hf:8.0f} tok/s, ratio {ratio:.2f}x "
-                f"(wall-clock ratio {wall_ratio:.2f}x)"
+                f"(pairs {spread}, wall-clock ratio {wall_ratio:.2f}x)"
             )
     verdict = "meets" if ratio_32["mixed"] >= TARGET_RATIO_AT_32 else "MISSES"
-    print(f"batch 32 mixed: {ratio_32['mixed']:.2f}x ({verdict} the >= 2x target)")
+    low, high = min(pairs_32["mixed"]), max(pairs_32["mixed"])
+    if low < TARGET_RATIO_AT_32 <= high:
+        verdict += (
+            f" (within this machine's noise: single alternated pairs ranged {low:.2f}-"
+            f"{high:.2f}x, on both sides of the target)"
+        )
+    print(f"batch 32 mixed: {ratio_32['mixed']:.2f}x: {verdict} (target >= 2x)")
     body = "\n".join(
         [
             "## Engine decode throughput vs HF `generate`",
@@ -183,11 +196,13 @@ def main() -> None:
             "",
             f"Throughputs are per {basis} second, each side's best of {args.repeat} runs "
             "(engine and HF alternated; the engine's prefix cache is invalidated between "
-            "its runs).",
+            "its runs). *ratio per pair*: the lowest and highest ratio of one engine run "
+            "to the HF run next to it, i.e. how much the machine's noise moves one "
+            "measurement.",
             "",
-            "| batch | workload | engine tok/s | HF generate tok/s | ratio | wall-clock ratio "
-            "| HF slots per token |",
-            "|---:|---|---:|---:|---:|---:|---:|",
+            "| batch | workload | engine tok/s | HF generate tok/s | ratio | ratio per pair "
+            "| wall-clock ratio | HF slots per token |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
             f"Target at batch 32: >= {TARGET_RATIO_AT_32:g}x (mixed workload): "
