@@ -3,8 +3,9 @@
 A mixin of `Driver` (pearl/runtime/driver.py), split out to keep each module small. It
 executes the controller's OffloadTraining, ReleaseGpus(to="training") and RestoreTraining:
 
-* OffloadTraining: the trainer releases its device state; a rollout worker on those slots
-  waits for that call (`world.device_free`) before it starts or is activated.
+* OffloadTraining: the trainer releases its device state; on CUDA devices a rollout worker
+  on those slots waits for that call (`world.device_free`) before it starts or is
+  activated (CPU slots share host memory: no wait).
 * ReleaseGpus + RestoreTraining: a borrowed worker on the slots was just parked
   (`pearl.runtime.parking`) and may still hold device state; the trainer restores only
   after those parks have finished, and the return is noted (on time or late) then. With no

@@ -105,6 +105,7 @@ class WorkerCommands:
     ) -> bool:
         """Unpark `handle` as `c.worker_id`; False: it failed and was killed (start anew)."""
         self.workers[c.worker_id] = handle
+        t_call = time.perf_counter()
         ref = handle.activate_as.remote(c.worker_id, c.role)
         self.activating[c.worker_id] = ref  # a stop meanwhile parks only after it
         try:
@@ -117,8 +118,19 @@ class WorkerCommands:
             return False
         finally:
             self.activating.pop(c.worker_id, None)
-        if c.worker_id not in self.workers:
-            return True  # stopped while activating: the stop parked it again
+        waits = {**(waits or {}), "call_ms": _ms(time.perf_counter() - t_call)}
+        if c.worker_id not in self.workers:  # stopped while activating: the stop parks it
+            self.on_record(
+                "init_abandoned",
+                {
+                    "reason": f"{c.worker_id} stopped while activating",
+                    "worker": c.worker_id,
+                    "gpus": list(c.gpu_ids),
+                    "activation_ms": round(float(ms), 2),
+                    **waits,
+                },
+            )
+            return True
         self.starting.discard(c.worker_id)
         self.lot.record_activation(c.worker_id, tuple(c.gpu_ids), str(c.role), ms, waits)
         self.emit(ev.WorkerReady(self.now(), c.worker_id))
@@ -153,8 +165,13 @@ class WorkerCommands:
         )
 
     async def _device_free(self, slots: tuple[str, ...]) -> None:
-        """Wait until the trainer has moved its state off `slots` (its release call)."""
+        """On CUDA devices, wait until the trainer has moved its state off `slots` (its
+        release call). CPU slots share host memory, so nothing waits there: the trainer's
+        release queues behind its checkpoint save and took ~3 s in the demo, as long as a
+        whole borrow window."""
         refs = {id(r): r for g in slots if (r := self.device_free.pop(g, None)) is not None}
+        if not self.cfg.cluster.use_cuda:
+            return
         for ref in refs.values():
             try:
                 await asyncio.wait_for(_aget(ref), INIT_TIMEOUT_S)
