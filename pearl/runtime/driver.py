@@ -188,7 +188,7 @@ class Driver(TrainingPipeline, Lending):
         spec = EngineSpec(
             model_config=model_cfg,
             checkpoint_dir=cfg.model.checkpoint_dir,
-            seed=cfg.seed,
+            seed=cfg.model.init_seed,  # the trainer's initial weights are version 0 too
             num_kv_blocks=cfg.engine.num_kv_blocks,
             block_size=cfg.engine.block_size,
             max_num_batched_tokens=cfg.engine.max_num_batched_tokens,
