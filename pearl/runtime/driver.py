@@ -254,6 +254,8 @@ class Driver(TrainingPipeline, Lending):
                     deadline = self.now() + self.cfg.trainer.return_grace_s
                     self.wants_deadline = deadline
                     self._handle(ev.TrainingWants(self.now(), tuple(sorted(self.lent)), deadline))
+                    while self.lent and self.now() < deadline:  # parks finish, returns noted
+                        await asyncio.sleep(0.05)
             finally:
                 pump.cancel()
         return self._finish()
