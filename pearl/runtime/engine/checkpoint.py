@@ -39,16 +39,20 @@ def normalize_state_dict(
     *,
     source: str,
     file_of: dict[str, str] | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Fuse per-expert tensors, drop buffers, and check names and shapes against cfg.
 
     Raises InputError(file, message, field=tensor name) for a missing, unexpected or
     wrongly shaped tensor; `file_of` maps tensor names to the file they came from.
+    `shapes`: the model's parameter shapes when the caller has them (a live engine); else
+    they come from a model built on the meta device (its first build in a process costs
+    seconds).
     """
     file_of = file_of or {}
     sd = {k: v for k, v in state_dict.items() if not k.endswith(_IGNORED_SUFFIXES)}
     sd = _fuse_experts(cfg, sd, source=source, file_of=file_of)
-    shapes = expected_shapes(cfg)
+    shapes = shapes if shapes is not None else expected_shapes(cfg)
     for name, tensor in sd.items():
         where = file_of.get(name, source)
         if name not in shapes:

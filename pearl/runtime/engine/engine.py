@@ -63,6 +63,7 @@ class LLMEngine:
         self.device = torch.device(device)
         self.dtype = dtype or DTYPES[model_config.dtype]
         self.seed = seed
+        self._param_shapes: dict[str, tuple[int, ...]] | None = None
         self.block_size = block_size
         self.num_kv_blocks = num_kv_blocks
         self.max_model_len = max_model_len or min(
@@ -308,7 +309,9 @@ class LLMEngine:
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Install a weight snapshot and set `weight_version`. Prefix-cache entries of older
         versions stop matching; requests in flight keep their KV and continue."""
-        sd = normalize_state_dict(self.config, state_dict, source=f"<weights v{version}>")
+        sd = normalize_state_dict(
+            self.config, state_dict, source=f"<weights v{version}>", shapes=self._shapes()
+        )
         if self.runner.model is None:  # released: becomes the weights restore() installs
             self._offloaded = {k: v.detach().to("cpu") for k, v in sd.items()}
         else:
@@ -318,6 +321,15 @@ class LLMEngine:
                     params[name].copy_(tensor.to(params[name].device, params[name].dtype))
         self.weight_version = version
         self.blocks.set_namespace(version)
+
+    def _shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """Parameter shapes of this engine's model (cached; None before any build)."""
+        if self._param_shapes is None:
+            live = self.runner.model.state_dict() if self.runner.model is not None else None
+            source = live if live is not None else self._offloaded
+            if source:
+                self._param_shapes = {k: tuple(v.shape) for k, v in source.items()}
+        return self._param_shapes
 
     def load_checkpoint(self, checkpoint_dir: str | Path, version: int) -> None:
         """load_weights from an HF safetensors directory; its config must match this model."""

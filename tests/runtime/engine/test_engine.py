@@ -133,6 +133,17 @@ def test_load_weights_rejects_wrong_shapes(engine) -> None:
     with pytest.raises(InputError) as err:
         engine.load_weights(sd, version=9)
     assert err.value.field == "model.norm.weight" and engine.weight_version == 1
+    engine.release()  # released: the shapes come from the offloaded weights, same checks
+    sd["model.norm.weight"] = torch.ones(3)
+    with pytest.raises(InputError) as err:
+        engine.load_weights(sd, version=9)
+    assert err.value.field == "model.norm.weight"
+    sd["model.bogus.weight"] = torch.ones(3)
+    del sd["model.norm.weight"]
+    with pytest.raises(InputError) as err:
+        engine.load_weights(sd, version=9)
+    assert err.value.field == "model.bogus.weight"
+    engine.restore()
 
 
 def test_seeded_init_is_deterministic(tiny_cfg) -> None:
