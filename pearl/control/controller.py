@@ -159,6 +159,7 @@ class Controller(ToggleMixin):
             max_inflight_per_worker=self.policy.max_inflight_per_worker,
             allowed=self._budget_allowed(),
             time_s=self.now_s,
+            sticky_max_imbalance=self.policy.sticky_max_imbalance,
         )
         self._emit(*routes)
         self._spend_budget(routes)

@@ -5,7 +5,11 @@ workers are candidates (never initialising, draining or inactive ones), and only
 weight version keeps the trajectory within its staleness bound.
 
 * Sticky first: the worker that holds the trajectory's prefix, if it can still prefill
-  (a colocated or prefill worker) and has room.
+  (a colocated or prefill worker) and has room; with `sticky_max_imbalance` = k, only while
+  its load exceeds the least-loaded candidate's by at most k requests (cache affinity
+  bounded by load balance, as cache-aware routers do): a worker that just joined (a
+  borrowed or preemptible one) then takes turns of busy workers' trajectories too, at the
+  price of a full prefill of each.
 * Otherwise least-loaded: among colocated workers (prefill and decode on one worker) and
   prefill workers (then paired with the least-loaded decode worker). Ties break by worker
   id, so equal inputs give equal routes.
@@ -101,6 +105,7 @@ def route_one(
     allowed: frozenset[str] | None = None,
     candidates: list[Worker] | None = None,
     _split_pool: _Split | None = None,
+    sticky_max_imbalance: int | None = None,
 ) -> Route | None:
     """The route of `traj`'s next turn, or None if no worker can take it now.
 
@@ -136,16 +141,20 @@ def route_one(
             return None
         return Route(traj.traj_id, p.worker_id, least(decode).worker_id, full_prefill=full)
 
+    choices = nondecode if decode else colocated
     if traj.prefix_worker is not None and traj.state != TrajState.INTERRUPTED:
         sticky = next(
             (w for w in active if w.worker_id == traj.prefix_worker and w.role != Role.DECODE),
             None,
         )
+        if sticky is not None and sticky_max_imbalance is not None and choices:
+            excess = loads.get(sticky.worker_id, 0) - loads.get(least(choices).worker_id, 0)
+            if excess > sticky_max_imbalance:
+                sticky = None
         if sticky is not None:
             r = make(sticky)
             if r is not None:
                 return r
-    choices = nondecode if decode else colocated
     if not choices:
         return None
     return make(least(choices))
@@ -162,6 +171,7 @@ def route_queued(
     max_inflight_per_worker: int | None = None,
     allowed: frozenset[str] | None = None,
     time_s: float = float("-inf"),
+    sticky_max_imbalance: int | None = None,
 ) -> list[Route]:
     """Route every queued trajectory that can go now, updating the book as it goes.
 
@@ -186,6 +196,7 @@ def route_queued(
             max_inflight_per_worker=max_inflight_per_worker,
             candidates=candidates,
             _split_pool=split,
+            sticky_max_imbalance=sticky_max_imbalance,
         )
         if r is None:
             continue

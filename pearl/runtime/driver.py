@@ -213,6 +213,10 @@ class Driver(TrainingPipeline, Lending):
         )
         if cfg.controller.modes is not None:
             policy = dataclasses.replace(policy, modes=tuple(cfg.controller.modes))
+        if cfg.controller.sticky_max_imbalance is not None:
+            policy = dataclasses.replace(
+                policy, sticky_max_imbalance=cfg.controller.sticky_max_imbalance
+            )
         if policy.borrow != "never":  # overlap workers exist from the start, parked (§5)
             self.world.prestart_parked()
         dedicated = tuple(

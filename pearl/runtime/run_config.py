@@ -131,6 +131,13 @@ class ControllerSection(_M):
         "None: those the policy allows. Restricting them keeps the engine's choice of size "
         "and ratio within the allowed modes.",
     )
+    sticky_max_imbalance: int | None = Field(
+        None,
+        ge=0,
+        description="Routing: a trajectory leaves the worker holding its prefix when that "
+        "worker has more than this many requests above the least-loaded one (None: always "
+        "sticky).",
+    )
     mode_switch_threshold: float = Field(
         0.10,
         ge=0,

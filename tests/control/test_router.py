@@ -87,3 +87,20 @@ def test_staleness_filters_old_workers_and_cap_limits_load():
     assert [r.prefill_worker_id for r in routes] == ["w1", "w1"]
     assert len(b.queued()) == 1
     b.check()
+
+
+def test_bounded_stickiness_moves_turns_to_an_idle_new_worker():
+    """With `sticky_max_imbalance` = k a trajectory leaves its busy prefix worker for a
+    worker with more than k fewer requests (full prefill there); without it, it stays."""
+    only = _state(_w(0))
+    for k, expect in ((None, "w0"), (3, "w0"), (2, "w1")):
+        b = _book(4)
+        routes = route_queued(b, only, sticky_max_imbalance=k)
+        assert {r.prefill_worker_id for r in routes} == {"w0"}
+        first = routes[0]
+        b.mark_turn_finished(first.traj_id, "w0")
+        b.mark_ready(first.traj_id)
+        # a second worker joins (e.g. borrowed); w0 still holds 3 requests, w1 none
+        again = route_queued(b, _state(_w(0), _w(1)), sticky_max_imbalance=k)
+        assert [r.prefill_worker_id for r in again] == [expect]
+        assert again[0].full_prefill == (expect == "w1")

@@ -84,6 +84,8 @@ class Policy:
     * `max_staleness`: versions a trajectory's weights may lag the weights it trains.
     * `max_batches_in_flight`: rollout batches in the book at once (current and next).
     * `max_inflight_per_worker`: cap on requests routed to one worker (None: no cap).
+    * `sticky_max_imbalance`: a trajectory leaves its prefix worker when that worker has
+      more than this many requests above the least-loaded one (None: always sticky).
     * `initial_borrow_budget_turns`: the first budget of a `budgeted` borrow.
     * `group_timeout_s`: a group not admitted this long after it started is cancelled like
       a failed one (checked on every event; None: wait forever).
@@ -100,6 +102,7 @@ class Policy:
     max_staleness: int = 1
     max_batches_in_flight: int = 2
     max_inflight_per_worker: int | None = None
+    sticky_max_imbalance: int | None = None
     initial_borrow_budget_turns: int = 64
     group_timeout_s: float | None = 900.0
 
