@@ -73,10 +73,11 @@ def main() -> None:
         "from a batch's start to its last trajectory; with two batches in flight (staleness 1)",
         "and worker starts sharing the CPU it includes waiting that the model's single-batch",
         "prediction does not. Borrowed workers are activated and admitted within tenths of a",
-        "second, but they serve few turns here: routing is prefix-sticky (a trajectory's",
-        "next turn goes to the worker that holds its prefix) and new trajectories enter when a",
-        "batch starts, rarely inside a few-second borrow window; each borrow still changes the",
-        "P:D ratio (5:1 with the borrowed slots), which is why the demo counts many",
+        "second; routing keeps a trajectory on the worker holding its prefix only while that",
+        "worker has at most 2 requests more than the least-loaded one",
+        "(`controller.sticky_max_imbalance`), so they take turns during each few-second borrow",
+        "window and give them back interrupted, with their prefix, when the window ends. Each",
+        "borrow also changes the P:D ratio (5:1 with the borrowed slots), hence the many",
         "reconfigurations.",
     ]
     body = "\n".join(lines)
