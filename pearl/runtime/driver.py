@@ -31,6 +31,7 @@ from pearl.runtime.lending import Lending
 from pearl.runtime.pipeline import TrainingPipeline
 from pearl.runtime.run_config import RunConfig, dump_run_config
 from pearl.runtime.snapshots import REGISTRY_NAME as REGISTRY
+from pearl.runtime.trace_player import TracePlaying
 from pearl.runtime.trainer.trainer import TrainerConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
 
@@ -51,7 +52,7 @@ def run(
     return asyncio.run(driver.main())
 
 
-class Driver(TrainingPipeline, Lending):
+class Driver(TrainingPipeline, Lending, TracePlaying):
     def __init__(
         self, cfg: RunConfig, out_dir: Path, *, resume: bool, live: bool, config_dir: Path | None
     ) -> None:
@@ -264,23 +265,6 @@ class Driver(TrainingPipeline, Lending):
                 pump.cancel()
         return self._finish()
 
-    def _trace_actions(self) -> list[Any]:
-        from pearl.runtime.trace_player import schedule
-        from pearl.traces import load_trace
-
-        t = self.cfg.trace
-        if t.source is None or self.cfg.cluster.address is not None:
-            return []  # on a real cluster, nodes come and go by themselves
-        source = t.source
-        if (
-            self.config_dir is not None
-            and not Path(source).exists()
-            and (self.config_dir / source).exists()
-        ):
-            source = str(self.config_dir / source)
-        trace = load_trace(source, scale_ratio=t.scale, window_s=t.window, cap=t.cap)
-        return schedule(trace, time_scale=t.time_scale, notice_s=t.reclaim_notice_s)
-
     # -- the loop ---------------------------------------------------------------------------
     async def _loop(self) -> None:
         while self.trained_steps < self.cfg.trainer.num_steps:
@@ -353,36 +337,6 @@ class Driver(TrainingPipeline, Lending):
                 before=str(c0),
                 after=str(c1),
             )
-
-    # -- trace player ----------------------------------------------------------------------
-    async def _play_due(self) -> None:
-        from pearl.runtime.trace_player import node_name
-
-        while self.player and self.player[0].at_s <= self.now():
-            assert self.cluster is not None  # a trace plays only on a local cluster
-            a = self.player.pop(0)
-            name = node_name(a.gpu_id)
-            if a.kind == "add":
-                self.cluster.add_node(
-                    name, Zone.PREEMPTIBLE, [a.gpu_id]
-                )  # Ray needs the main thread
-                self.emit(ev.GpusOffered(self.now(), (Gpu(a.gpu_id, Zone.PREEMPTIBLE, name),)))
-                self.note("offer", f"trace: preemptible {a.gpu_id} joined")
-            elif a.kind == "notice":
-                if name in self.cluster.node_names:
-                    self.cluster.drain_node(name, max(0.0, a.deadline_s - self.now()))
-                deadline = self.now() + max(0.0, a.deadline_s - a.at_s)
-                self.emit(ev.ReclaimNotice(self.now(), (a.gpu_id,), deadline))
-                self.note(
-                    "preemption",
-                    f"trace: {a.gpu_id} reclaimed at {deadline:.1f}s (notice)",
-                    gpus=[a.gpu_id],
-                )
-            else:
-                if name in self.cluster.node_names:
-                    self.cluster.remove_node(name)
-                self.emit(ev.GpusGone(self.now(), (a.gpu_id,)))
-                self.note("preemption", f"trace: {a.gpu_id} gone (node removed)", gpus=[a.gpu_id])
 
     # -- live view and the end -------------------------------------------------------------------
     def _refresh_live(self) -> None:
