@@ -52,6 +52,10 @@ class Flights:
 
     def begin(self, traj_id: str, flight: Flight) -> None:
         self._flights[traj_id] = flight
+        self.hold(traj_id)
+
+    def hold(self, traj_id: str) -> None:
+        """Busy without a turn in flight (an environment step only) until `settle`."""
         self._busy[traj_id] = asyncio.get_running_loop().create_future()
 
     def land(self, traj_id: str) -> Flight | None:

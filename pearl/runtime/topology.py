@@ -60,6 +60,16 @@ def node_labels(zone: Zone | str, name: str) -> dict[str, str]:
     return {ZONE_LABEL: Zone(zone).value, NODE_LABEL: name}
 
 
+def current_node_id() -> str:
+    """The Ray node this process runs on ("" outside Ray; never raises: status calls use it)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:  # noqa: BLE001 - status must always answer
+        return ""
+
+
 def worker_options(gpu_ids: tuple[str, ...], *, use_cuda: bool = False) -> dict[str, Any]:
     """Ray actor options that bind a worker to exactly `gpu_ids` (its device slots)."""
     if not gpu_ids:

@@ -46,7 +46,7 @@ from pearl.runtime.engine import RequestRejected
 from pearl.runtime.kv_transfer import KVLostError, get_transport
 from pearl.runtime.snapshots import REGISTRY_NAME
 from pearl.runtime.telemetry_sink import StepProbe, TelemetrySink, record_turn
-from pearl.runtime.topology import worker_options
+from pearl.runtime.topology import current_node_id, worker_options
 from pearl.runtime.worker_api import (
     ERROR,
     INTERRUPTED,
@@ -121,7 +121,7 @@ class RolloutWorker(WorkerControl):
             released=self.engine.is_released,
             parked=self._parked,
             pid=os.getpid(),
-            node_id=_node_id(),
+            node_id=current_node_id(),
             num_engine_steps=self.sink.num_steps,
             syncing_version=self._syncing,
             engine_build_s=self._engine_build_s,
@@ -162,10 +162,12 @@ class RolloutWorker(WorkerControl):
         """Prefill a turn, sample its first token and hand the KV to the transport."""
         live = await self._admit(request, None, prefill_only=True)
         if isinstance(live, TurnResult):
-            return _failed_prefill(live, request, self)
+            return PrefillResult.failed(live, len(request.prompt_token_ids))
         assert live.done is not None
         res = await live.done  # a TurnResult when interrupted or failed before its KV was out
-        return res if isinstance(res, PrefillResult) else _failed_prefill(res, request, self)
+        if isinstance(res, PrefillResult):
+            return res
+        return PrefillResult.failed(res, len(request.prompt_token_ids))
 
     async def _admit(
         self, request: TurnRequest, prefill: PrefillResult | None, *, prefill_only: bool = False
@@ -391,32 +393,6 @@ class RolloutWorker(WorkerControl):
         if rec is not None:
             self.sink.turn(rec)
         return rec
-
-
-def _failed_prefill(
-    result: TurnResult, request: TurnRequest, worker: RolloutWorker
-) -> PrefillResult:
-    return PrefillResult(
-        request.traj_id,
-        request.turn,
-        None,
-        result.token_ids,
-        result.logprobs,
-        result.finish_reason,
-        worker.worker_id,
-        worker.engine.weight_version,
-        num_prompt_tokens=len(request.prompt_token_ids),
-        error=result.error,
-    )
-
-
-def _node_id() -> str:
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-    except Exception:  # noqa: BLE001 - status must always answer
-        return ""
 
 
 def start_worker(

@@ -149,6 +149,23 @@ class PrefillResult:
     def needs_decode(self) -> bool:
         return self.handle is not None
 
+    @classmethod
+    def failed(cls, result: TurnResult, num_prompt_tokens: int) -> PrefillResult:
+        """A prefill that ended without KV to hand over (refused, interrupted or failed):
+        what it generated, its reason and error, from the worker's `result`."""
+        return cls(
+            result.traj_id,
+            result.turn,
+            None,
+            result.token_ids,
+            result.logprobs,
+            result.finish_reason,
+            result.worker_id,
+            result.weight_version,
+            num_prompt_tokens=num_prompt_tokens,
+            error=result.error,
+        )
+
     def as_turn_result(self) -> TurnResult:
         """The turn's result when no decode step follows (finished at once, or failed)."""
         return TurnResult(

@@ -174,8 +174,7 @@ class RayWorld(WorkerCommands):
             # interrupted after its last token: the turn is complete, its env step follows
             turn_ids = traj.finish_turn((), (), traj.partial_versions[-1])
             self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
-            self.flights.begin(c.traj_id, Flight("", "", ""))  # busy until the env answers
-            self.flights.land(c.traj_id)
+            self.flights.hold(c.traj_id)  # busy until the env answers
             self.env.submit_step(c.traj_id, self.tok.decode([t for t in turn_ids if t < 256]))
             return
         budget = min(rc.max_new_tokens - len(traj.partial_ids), rc.max_context_tokens - len(prompt))

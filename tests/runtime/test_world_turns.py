@@ -5,7 +5,6 @@ import asyncio
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
-from pearl.runtime.flights import Flight
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
 from pearl.runtime.worker_api import EngineSpec
@@ -120,8 +119,7 @@ def test_a_route_waits_for_the_env_step_and_closes_a_finished_episode():
         traj = RuntimeTrajectory("s0-g0-1", 0, 0, 1)
         traj.add_context([1, 2])
         world.trajs[traj.traj_id] = traj
-        world.flights.begin(traj.traj_id, Flight("", "", ""))  # an env step in flight
-        world.flights.land(traj.traj_id)
+        world.flights.hold(traj.traj_id)  # an env step in flight
 
         async def run_turn(req, c):
             ran.append(req.request_id)
