@@ -138,24 +138,32 @@ def _decode_attention(
         table = ctx.decode_block_tables.reshape(-1)
         keys = k_cache.index_select(1, table).view(num_kv_heads, nd, -1, head_dim)
         values = v_cache.index_select(1, table).view(num_kv_heads, nd, -1, head_dim)
-        mask, identity, num_rows = ctx.decode_mask, True, nd
-    else:  # contiguous rows: write this step's token, read a view
-        k_rows, v_rows = plan.k[layer_idx], plan.v[layer_idx]  # [Hkv, slots, row_len, D]
-        k_rows.view(num_kv_heads, -1, head_dim).index_copy_(1, plan.write_index, k_new)
-        v_rows.view(num_kv_heads, -1, head_dim).index_copy_(1, plan.write_index, v_new)
-        keys = k_rows[:, : plan.num_rows, : plan.num_keys]
-        values = v_rows[:, : plan.num_rows, : plan.num_keys]
-        mask, identity, num_rows = plan.mask, plan.identity, plan.num_rows
-        if not identity:
-            q_rows = q_rows.new_zeros(num_rows, num_kv_heads, g, head_dim).index_copy_(
-                0, plan.rows, q_rows
-            )
-    out = F.scaled_dot_product_attention(
-        q_rows.transpose(0, 1).contiguous(), keys, values, attn_mask=mask
-    )  # [Hkv, rows, G, D]
+        out = F.scaled_dot_product_attention(
+            q_rows.transpose(0, 1).contiguous(), keys, values, attn_mask=ctx.decode_mask
+        )  # [Hkv, Bd, G, D]
+        return out.transpose(0, 1).reshape(nd, num_heads * head_dim)
+    # contiguous rows: write this step's token, read views
+    k_rows, v_rows = plan.k[layer_idx], plan.v[layer_idx]  # [Hkv, slots, row_len, D]
+    k_rows.view(num_kv_heads, -1, head_dim).index_copy_(1, plan.write_index, k_new)
+    v_rows.view(num_kv_heads, -1, head_dim).index_copy_(1, plan.write_index, v_new)
+    identity, num_rows = plan.identity, plan.num_rows
+    if not identity:
+        q_rows = q_rows.new_zeros(num_rows, num_kv_heads, g, head_dim).index_copy_(
+            0, plan.rows, q_rows
+        )
+    q_heads = q_rows.transpose(0, 1).contiguous()  # [Hkv, rows, G, D]
+    outs = [  # each row range over its own keys (see row_groups)
+        F.scaled_dot_product_attention(
+            q_heads[:, lo:hi],
+            k_rows[:, lo:hi, :keys],
+            v_rows[:, lo:hi, :keys],
+            attn_mask=plan.mask[:, lo:hi, :, :keys],
+        )
+        for lo, hi, keys in plan.groups
+    ]
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
     out = out.transpose(0, 1).reshape(num_rows, num_heads * head_dim)
     if not identity:
-        assert plan is not None
         out = out.index_select(0, plan.rows)
     return out
 

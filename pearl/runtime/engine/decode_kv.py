@@ -11,6 +11,13 @@ the [kv_heads, rows, keys, dim] operand of one batched attention call. A decode 
 its new token into both the pages and the row; a sequence's row is (re)filled from its pages
 only when it (re)enters the decode group (after prefill, an import, a preemption).
 
+Rows of very different lengths (usual under continuous batching) are not padded to the
+longest: the step attends in a few contiguous row ranges, each over its longest row's keys
+(`row_groups`). Ranges only pay off when rows of similar length are neighbours, so when
+the ranges would still read much more than the rows hold, the rows are re-laid out in
+order of length (one copy of the rows' KV, a few times per hundred steps; every row grows
+by one token per step, so only arrivals disturb the order).
+
 Rows are freed as soon as a sequence is not in a step's decode group. The rows take at most
 `max_tokens` token slots (rows x row length); past that the engine falls back to gathering
 pages for the step (`plan` returns None), which is also what a device with a real paged
@@ -25,10 +32,16 @@ from dataclasses import dataclass
 import torch
 
 from pearl.runtime.engine.kv_cache import KVCache
+from pearl.runtime.engine.row_groups import RowGroup, group_cost, split_rows
 from pearl.runtime.engine.sequence import Sequence
 
 _ROW_GRANULE_TOKENS = 64  # row length grows in these steps (amortises the re-layout copy)
 _SLOT_GRANULE = 8
+_MAX_GROUPS = 4  # attention calls per layer for the decode group, at most
+# KV bytes a further attention call must save to be worth its fixed cost (a CPU call costs
+# tens of microseconds, a GPU launch a few; a GPU reads memory ~100x faster).
+_MIN_SPLIT_BYTES = {"cpu": 128 << 10, "cuda": 8 << 20}
+_RELAYOUT_RATIO = 1.5  # re-lay out rows by length when the ranges read more than this x
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,9 @@ class DecodePlan:
     rows [Bd]: row of each decode token; write_index [Bd]: its flat index row * row_tokens +
     position; mask [1, num_rows, 1, num_keys]: additive (0 / -inf) key mask of every row in
     [0, num_rows) (rows not decoding this step see key 0 only, and their output is unused);
-    identity: rows == [0, Bd) and num_rows == Bd (no scatter/gather of queries needed).
+    identity: rows == [0, Bd) and num_rows == Bd (no scatter/gather of queries needed);
+    groups: contiguous (first row, end row, keys) ranges covering [0, num_rows), each
+    attended over its own first `keys` keys.
     """
 
     k: torch.Tensor
@@ -49,6 +64,7 @@ class DecodePlan:
     num_rows: int
     num_keys: int
     identity: bool
+    groups: tuple[RowGroup, ...]
 
 
 class DecodeRows:
@@ -76,6 +92,10 @@ class DecodeRows:
         self._row_of: dict[int, int] = {}  # id(seq) -> row
         self._seq_in_row: list[Sequence | None] = []  # keeps ids stable while assigned
         self._filled: list[int] = []  # tokens valid in each row
+        row_key_bytes = 2 * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+        self.min_split = _MIN_SPLIT_BYTES.get(device.type, _MIN_SPLIT_BYTES["cuda"])
+        self.min_split //= row_key_bytes  # in row-keys
+        self.relayouts = 0  # how many times the rows were re-laid out by length
 
     @property
     def nbytes(self) -> int:
@@ -120,12 +140,50 @@ class DecodeRows:
         if not self._ensure_capacity(num_rows, num_keys):
             self.clear()
             return None
-        # 4. Rows that do not hold exactly tokens [0, position) are refilled from the pages.
+        # 4. Row ranges; re-lay out the rows by length when the ranges still read too much.
+        groups = self._groups(rows, positions, num_rows)
+        needed = sum(positions) + len(positions)
+        cost = group_cost(groups)
+        if cost > _RELAYOUT_RATIO * needed and cost - needed > 4 * self.min_split:
+            rows = self._relayout(seqs, rows, positions)
+            num_rows = len(rows)
+            groups = self._groups(rows, positions, num_rows)
+        # 5. Rows that do not hold exactly tokens [0, position) are refilled from the pages.
         for seq, row, pos in zip(seqs, rows, positions, strict=True):
             if self._filled[row] != pos:
                 self._fill(row, seq, pos, kv)
             self._filled[row] = pos + 1  # the step writes the token at `pos`
-        return self._plan_tensors(rows, positions, num_rows, num_keys)
+        return self._plan_tensors(rows, positions, num_rows, num_keys, groups)
+
+    def _groups(self, rows: list[int], positions: list[int], num_rows: int) -> list[RowGroup]:
+        keys = [0] * num_rows
+        for row, p in zip(rows, positions, strict=True):
+            keys[row] = p + 1
+        return split_rows(keys, _MAX_GROUPS, self.min_split)
+
+    def _relayout(self, seqs: list[Sequence], rows: list[int], positions: list[int]) -> list[int]:
+        """Move the decode rows to rows [0, n) in order of decreasing length (their valid
+        tokens move with them); return each sequence's new row."""
+        order = sorted(range(len(seqs)), key=lambda i: -positions[i])
+        old = [rows[i] for i in order]
+        filled = [self._filled[r] for r in old]
+        width = max(filled)
+        if width:
+            index = torch.tensor(old, dtype=torch.long, device=self.device)
+            n = len(old)
+            for rows in (self.k, self.v):
+                rows[:, :, :n, :width] = rows[:, :, :, :width].index_select(2, index)
+        self._seq_in_row = [None] * self.num_slots
+        self._filled = [0] * self.num_slots
+        new_rows = [0] * len(seqs)
+        for new, i in enumerate(order):
+            seq = seqs[i]
+            self._row_of[id(seq)] = new
+            self._seq_in_row[new] = seq
+            self._filled[new] = filled[new]
+            new_rows[i] = new
+        self.relayouts += 1
+        return new_rows
 
     def _ensure_capacity(self, num_rows: int, num_keys: int) -> bool:
         slots, length = self.num_slots, self.row_tokens
@@ -160,7 +218,12 @@ class DecodeRows:
             self.v[:, :, row, :num_tokens] = v
 
     def _plan_tensors(
-        self, rows: list[int], positions: list[int], num_rows: int, num_keys: int
+        self,
+        rows: list[int],
+        positions: list[int],
+        num_rows: int,
+        num_keys: int,
+        groups: list[RowGroup],
     ) -> DecodePlan:
         dev, length = self.device, self.row_tokens
         limit = [0] * num_rows  # rows not decoding this step attend to key 0 only
@@ -184,4 +247,5 @@ class DecodeRows:
             num_rows=num_rows,
             num_keys=num_keys,
             identity=num_rows == len(rows) and rows == list(range(num_rows)),
+            groups=tuple(groups),
         )

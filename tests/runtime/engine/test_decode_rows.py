@@ -105,3 +105,32 @@ def test_row_assignment_reuse_and_refill() -> None:
     plan = rows.plan([a], kv)
     assert rows.k[0, 0, 0, :1, 0].tolist() == [6.0]
     assert rows.plan([], kv) is None
+
+
+def test_row_ranges_and_relayout_keep_tokens(tiny_cfg, tiny_engine_weights) -> None:
+    """With every cut worth making (min_split 0) the decode attends in several row ranges
+    and re-lays its rows out by length; tokens and logprobs equal an engine without rows."""
+    gen = torch.Generator().manual_seed(7)
+    lengths = [40, 3, 25, 6, 33, 2, 18, 9, 28, 4]
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lengths]
+    new_tokens = [6, 20, 4, 17, 9, 22, 5, 12, 3, 15]
+    expected = churn(make(tiny_cfg, tiny_engine_weights, False), prompts, new_tokens)
+    e = make(tiny_cfg, tiny_engine_weights, True)
+    rows = e.runner.decode_rows
+    rows.min_split = 0
+    plans = []
+    real_plan = rows.plan
+
+    def recording_plan(seqs, kv):
+        plan = real_plan(seqs, kv)
+        plans.append(plan)
+        return plan
+
+    rows.plan = recording_plan
+    got = churn(e, prompts, new_tokens)
+    assert rows.relayouts > 0
+    assert any(p is not None and len(p.groups) > 1 for p in plans)
+    assert got.keys() == expected.keys()
+    for rid, (tokens, logprobs) in expected.items():
+        assert got[rid][0] == tokens, rid
+        assert torch.allclose(torch.tensor(got[rid][1]), torch.tensor(logprobs), atol=1e-5)
