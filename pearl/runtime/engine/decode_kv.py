@@ -96,6 +96,8 @@ class DecodeRows:
         self.min_split = _MIN_SPLIT_BYTES.get(device.type, _MIN_SPLIT_BYTES["cuda"])
         self.min_split //= row_key_bytes  # in row-keys
         self.relayouts = 0  # how many times the rows were re-laid out by length
+        # row-keys the decode attention read, the rows held, and one padded call would read
+        self.keys_read = self.keys_needed = self.keys_padded = 0
 
     @property
     def nbytes(self) -> int:
@@ -148,6 +150,9 @@ class DecodeRows:
             rows = self._relayout(seqs, rows, positions)
             num_rows = len(rows)
             groups = self._groups(rows, positions, num_rows)
+        self.keys_read += group_cost(groups)
+        self.keys_needed += needed
+        self.keys_padded += num_rows * num_keys
         # 5. Rows that do not hold exactly tokens [0, position) are refilled from the pages.
         for seq, row, pos in zip(seqs, rows, positions, strict=True):
             if self._filled[row] != pos:
