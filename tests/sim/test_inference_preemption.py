@@ -1,0 +1,191 @@
+"""Simulated inference workers under interruption and a bounded KV pool: preemption keeps
+generated tokens, admission waits for room, LRU eviction of cached prefixes, role changes,
+and token/KV conservation at any interrupt time."""
+
+from collections import deque
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sim_toys import toy
+
+from pearl.control.state import Role
+from pearl.sim.hardware import HardwareParams, WorkerHardware
+from pearl.sim.inference import InferenceWorker
+from pearl.sim.inference_types import Phase, Request, WorkerConfig
+from pearl.specs import get_gpu, get_model
+
+from ._inference_helpers import request_lists, run
+
+H8 = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"))
+
+
+def test_preemption_mid_decode_keeps_the_generated_prefix():
+    """interrupt_all mid-decode returns each request's generated tokens; resuming elsewhere
+    pays one full prefill of context + generated and generates only the rest."""
+    hw = toy()
+    w = InferenceWorker("w", hw)
+    w.submit(Request(9, 2, 1000, 300), 0.0)
+    prefill = hw.prefill_time_s(1000)
+    t_int = prefill + 0.05
+    assert w.advance(t_int) == []
+    n_done = hw.decode_steps_within(1, 1000, t_int - prefill, 10_000)[0]
+    [p] = w.interrupt_all(t_int)
+    assert p.phase == Phase.DECODE and p.generated_tokens == 1 + n_done and n_done > 5
+    assert (p.traj_id, p.turn, p.context_tokens, p.decode_tokens) == (9, 2, 1000, 300)
+    assert w.num_in_flight == 0 and w.kv_used_tokens == 0 and w.next_change_time_s() == float("inf")
+    other = InferenceWorker("v", hw)
+    [c] = run(other, [(t_int, p.resume())])
+    assert c.new_prefill_tokens == 1000 + p.generated_tokens and c.cached_prefix_tokens == 0
+    assert c.generated_tokens == 300 and c.decode_steps == 300 - p.generated_tokens - 1
+    assert c.t_prefill_end_s - t_int == pytest.approx(hw.prefill_time_s(1000 + p.generated_tokens))
+
+
+def test_interrupt_returns_queued_and_prefilling_requests_too():
+    """Every in-flight request comes back, whatever its phase; nothing is generated twice."""
+    w = InferenceWorker("w", toy(), config=WorkerConfig(max_batched_tokens=2048, max_num_seqs=2))
+    for i in range(4):
+        w.submit(Request(i, 0, 6000, 50), 0.0)
+    w.next_change_time_s()
+    parts = w.interrupt_all(0.001)
+    assert sorted(p.traj_id for p in parts) == [0, 1, 2, 3]
+    assert {p.phase for p in parts} == {Phase.PREFILL, Phase.QUEUED}
+    assert all(p.generated_tokens == 0 for p in parts)
+
+
+def test_kv_pressure_preempts_and_recomputes_keeping_generated_tokens():
+    """When decodes outgrow the KV pool the latest admitted request is preempted, recomputes
+    its prompt (context + generated) later, and still generates exactly its tokens."""
+    p = HardwareParams(
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        iteration_overhead_s=0.0,
+        per_seq_overhead_s=0.0,
+        activation_reserve_bytes=9e9 - 204e6 - 8000 * 6000,
+    )
+    hw = toy(params=p)
+    assert hw.kv_capacity_tokens == 6000
+    w = InferenceWorker("w", hw, config=WorkerConfig(kv_watermark_fraction=0.0))
+    done = run(w, [(0.0, Request(1, 0, 2000, 1500)), (0.0, Request(2, 0, 2000, 1500))])
+    assert len(done) == 2 and w.stats.num_preemptions >= 1
+    by = {c.traj_id: c for c in done}
+    assert by[2].num_preemptions >= 1 and by[2].new_prefill_tokens > 2000
+    assert all(c.generated_tokens == 1500 for c in done)
+    assert by[1].t_decode_end_s < by[2].t_decode_end_s
+
+
+def test_admission_waits_for_kv_room():
+    """A prompt that does not fit next to a running request waits (FIFO) until it finishes."""
+    p = HardwareParams(
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        iteration_overhead_s=0.0,
+        per_seq_overhead_s=0.0,
+        activation_reserve_bytes=9e9 - 204e6 - 8000 * 6000,
+    )
+    w = InferenceWorker("w", toy(params=p), config=WorkerConfig(kv_watermark_fraction=0.0))
+    a, b = run(w, [(0.0, Request(1, 0, 3000, 20)), (0.0, Request(2, 0, 3000, 20))])
+    assert b.t_prefill_start_s == pytest.approx(a.t_decode_end_s)
+    assert w.stats.num_preemptions == 0
+
+
+def test_request_larger_than_the_kv_pool_is_rejected():
+    w = InferenceWorker("w", WorkerHardware(get_model("qwen3-30b-a3b"), get_gpu("h100-sxm")))
+    with pytest.raises(ValueError, match="KV capacity"):
+        w.submit(Request(1, 0, w.kv_capacity_tokens, 10), 0.0)
+
+
+def test_role_change_needs_an_empty_worker():
+    w = InferenceWorker("w", toy())
+    w.submit(Request(1, 0, 100, 5), 0.0)
+    with pytest.raises(ValueError):
+        w.set_role(Role.DECODE)
+    w.interrupt_all(0.0)
+    w.set_role(Role.DECODE)
+    assert w.role == Role.DECODE and w.budget_tokens == 8192
+
+
+def test_lru_eviction_under_pressure_lowers_the_hit_rate():
+    """Many trajectories cycling through one small worker evict each other's prefixes."""
+    p = HardwareParams(activation_reserve_bytes=9e9 - 204e6 - 8000 * 20_000)
+    hw = toy(params=p)
+    big = InferenceWorker("big", toy())
+    small = InferenceWorker("small", hw)
+    for w in (big, small):
+        t = 0.0
+        for turn in range(3):
+            reqs = [(t, Request(i, turn, 3000 + 1000 * turn, 50)) for i in range(8)]
+            done = run(w, reqs)
+            t = max(c.t_end_s for c in done) + 1.0
+    assert big.cache.num_hits == 16  # every later turn hits
+    assert small.cache.num_hits < 8 and small.cache.num_evictions > 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(reqs=request_lists, t_cut=st.floats(0.0, 4.0))
+def test_interrupt_at_any_time_conserves_tokens(reqs, t_cut):
+    """Completed + interrupted requests account for every submitted one, generated counts
+    never exceed their targets, and KV is fully released."""
+    hw = H8
+    w = InferenceWorker("w", hw, config=WorkerConfig(max_batched_tokens=2048))
+    subs = [
+        (t, Request(traj, i, ctx, max(dec, gen + 1), generated_tokens=gen))
+        for i, (t, traj, ctx, dec, gen, _) in enumerate(reqs)
+    ]
+    done = run(w, [s for s in subs if s[0] <= t_cut])
+    # run() drains everything, so interrupt a fresh worker mid-way instead
+    w = InferenceWorker("w", hw, config=WorkerConfig(max_batched_tokens=2048))
+    got = []
+    for t, r in sorted((s for s in subs if s[0] <= t_cut), key=lambda x: x[0]):
+        got += w.advance(t)
+        w.submit(r, t)
+    got += w.advance(t_cut)
+    parts = w.interrupt_all(t_cut)
+    seen = sorted([c.turn for c in got] + [p.turn for p in parts])
+    assert seen == sorted(r.turn for t, r in subs if t <= t_cut)
+    assert all(c.t_end_s <= t_cut for c in got)
+    full = {c.turn: c for c in done}
+    for p in parts:
+        assert p.generated_tokens <= full[p.turn].generated_tokens
+    assert w.kv_used_tokens == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    reqs=st.lists(
+        st.tuples(
+            st.floats(0.0, 2.0), st.integers(0, 4), st.integers(100, 2500), st.integers(1, 1500)
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    cap=st.integers(4200, 12_000),
+    role=st.sampled_from([Role.COLOCATED, Role.DECODE]),
+)
+def test_kv_pressure_invariants(reqs, cap, role):
+    """Under KV pressure every request still completes with exactly its tokens, and the
+    running KV plus cached prefixes never exceed the pool."""
+    reserve = 9e9 - 204e6 - 8000 * cap
+    hw = toy(params=HardwareParams(activation_reserve_bytes=reserve))
+    assert hw.kv_capacity_tokens == cap
+    w = InferenceWorker("w", hw, role, WorkerConfig(max_batched_tokens=1024))
+    subs = sorted(
+        ((round(t, 3), Request(traj, i, ctx, dec)) for i, (t, traj, ctx, dec) in enumerate(reqs)),
+        key=lambda x: x[0],
+    )
+    pending = deque(subs)
+    done = []
+    while True:
+        t_next = min(pending[0][0] if pending else float("inf"), w.next_change_time_s())
+        if t_next == float("inf"):
+            break
+        done += w.advance(t_next)
+        assert w.kv_used_tokens + w.cache.tokens <= cap
+        while pending and pending[0][0] <= t_next:
+            w.submit(pending.popleft()[1], t_next)
+    assert sorted(c.turn for c in done) == list(range(len(reqs)))
+    for c in done:
+        assert c.generated_tokens == reqs[c.turn][3]
+        if c.num_preemptions:
+            assert c.new_prefill_tokens > 0
+    assert w.kv_used_tokens == 0
