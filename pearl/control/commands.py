@@ -14,7 +14,7 @@ them. Each command's completion comes back as a later event:
 | StopWorker         | none (the worker and its requests are gone)           |
 | ReleaseGpus        | none (synchronous: the GPUs are handed back at once)  |
 | OffloadTraining    | none (training state moved off the GPUs)              |
-| RestoreTraining    | none (training state back on the GPUs)                |
+| RestoreTraining    | TrainingRestored (optional: training state is back)   |
 | Route              | [RequestPhase...] then TurnFinished or RequestInterrupted |
 | StartRolloutBatch  | TrajectoryReady per trajectory, later TrajectoryDone  |
 """

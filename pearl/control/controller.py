@@ -85,6 +85,7 @@ class Controller(ToggleMixin):
         self.offered_at = {}
         self.lost_at = {}
         self.wanted_at = {}
+        self.restoring_since = {}
         self.training_gpus = {g.gpu_id: Gpu(g.gpu_id, Zone.OVERLAP, g.node) for g in training_gpus}
         self.ignored = []
         self.decisions = []
@@ -207,6 +208,19 @@ class Controller(ToggleMixin):
 
     def _h_wants(self, e: ev.TrainingWants) -> None:
         self._on_training_wants(e.time_s, tuple(e.gpu_ids), e.deadline_s)
+
+    def _h_restored(self, e: ev.TrainingRestored) -> None:
+        """A return is over: its duration (RestoreTraining emitted -> restored) is a measured
+        deactivation cost."""
+        started = [self.restoring_since.pop(g) for g in e.gpu_ids if g in self.restoring_since]
+        if not started:
+            self._ignore(f"training restored on GPUs not being returned: {list(e.gpu_ids)}")
+            return
+        cost_s = e.time_s - min(started)
+        if cost_s < 0:
+            self._ignore(f"training restored {-cost_s:.3f}s before its return began")
+            return
+        self.advisor.record_switch("return", cost_s, 0.0, borrowed=True)
 
     def _h_trained(self, e: ev.TrainingStepFinished) -> None:
         if e.version <= self.latest_version:
@@ -331,6 +345,7 @@ _HANDLERS: dict[type, Any] = {
     ev.GpusGone: Controller._h_gone,
     ev.TrainingIdle: Controller._h_idle,
     ev.TrainingWants: Controller._h_wants,
+    ev.TrainingRestored: Controller._h_restored,
     ev.TrainingStepFinished: Controller._h_trained,
     ev.WorkerReady: Controller._h_ready,
     ev.WorkerInitFailed: Controller._h_failed,

@@ -79,6 +79,16 @@ class TrainingWants:
 
 
 @dataclass(frozen=True, slots=True)
+class TrainingRestored:
+    """A `RestoreTraining` completed: the trainer's state is back on `gpu_ids` and the return
+    is over. The controller learns the deactivation cost from it (return decided -> restored);
+    a world that never emits it leaves that cost at its prior."""
+
+    time_s: float
+    gpu_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TrainingStepFinished:
     """The trainer published weights `version` (rollout workers should sync to it)."""
 
@@ -188,6 +198,7 @@ Event = (
     | GpusGone
     | TrainingIdle
     | TrainingWants
+    | TrainingRestored
     | TrainingStepFinished
     | WorkerReady
     | WorkerInitFailed
@@ -208,6 +219,7 @@ EVENT_TYPES: tuple[type, ...] = (
     GpusGone,
     TrainingIdle,
     TrainingWants,
+    TrainingRestored,
     TrainingStepFinished,
     WorkerReady,
     WorkerInitFailed,

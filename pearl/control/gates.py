@@ -94,6 +94,17 @@ class SwitchCostTracker:
     def borrow_cost_s(self) -> float:
         return self.cost("activation", borrowing=True) + self.cost("deactivation", borrowing=True)
 
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Flat run-summary view: `switch_costs_s` (the borrowing book, seconds) and
+        `switch_costs_measured` (observations per kind, both books; 0 means the prior)."""
+        return {
+            "switch_costs_s": {k: round(self.cost(k, borrowing=True), 3) for k in KINDS},
+            "switch_costs_measured": {
+                k: self.num_observed(k, borrowing=True) + self.num_observed(k, borrowing=False)
+                for k in KINDS
+            },
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             "with_borrowing": {k: self.cost(k, borrowing=True) for k in KINDS},

@@ -77,6 +77,7 @@ class SchedulerCore:
     offered_at: dict[str, float]
     lost_at: dict[str, float]
     wanted_at: dict[str, float]
+    restoring_since: dict[str, float]  # GPU -> when its RestoreTraining was emitted
     training_gpus: dict[str, Gpu]
     ignored: list[str]
     decisions: list[str]
@@ -105,6 +106,10 @@ class SchedulerCore:
 
     def _emit(self, *commands: cmd.Command) -> None:
         self._out.extend(commands)
+        for c in commands:
+            if isinstance(c, cmd.RestoreTraining):  # its TrainingRestored measures the return
+                for g in c.gpu_ids:
+                    self.restoring_since[g] = self.now_s
 
     def _ignore(self, why: str) -> None:
         self.ignored.append(f"t={self.now_s:.3f}: {why}")

@@ -223,7 +223,9 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
         dedicated = tuple(
             Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated)
         )
-        costs = SwitchCostTracker(defaults=SwitchCosts(**cfg.controller.switch_costs))
+        costs = self.switch_costs = SwitchCostTracker(
+            defaults=SwitchCosts(**cfg.controller.switch_costs)
+        )
         advisor = policy.make_advisor(
             hardware=slot_prior(cfg, model_cfg),
             batch_size=cfg.rollout.batch_size,
@@ -371,6 +373,7 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
             "late_returns": self.late_returns,
             "counters": dict(self.world.counters),
             "ignored_events": len(self.controller.ignored),
+            **self.switch_costs.summary(),
         }
         summary["report"] = str(self.recorder.finish(summary))
         return summary

@@ -9,7 +9,8 @@ executes the controller's OffloadTraining, ReleaseGpus(to="training") and Restor
 * ReleaseGpus + RestoreTraining: a borrowed worker on the slots was just parked
   (`pearl.runtime.parking`) and may still hold device state; the trainer restores only
   after those parks have finished, and the return is noted (on time or late) then. With no
-  park pending both happen at once, as before.
+  park pending both happen at once, as before. When the trainer's restore call returns, a
+  `TrainingRestored` event tells the controller how long the return took.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 from typing import Any
 
 from pearl.control import commands as cmd
+from pearl.control import events as ev
 
 
 class Lending:
@@ -31,6 +33,9 @@ class Lending:
     restore_deferred: set[str]  # slots whose restore `_return_after_parks` does
 
     def now(self) -> float:
+        raise NotImplementedError
+
+    def emit(self, event: Any) -> None:
         raise NotImplementedError
 
     def note(self, kind: str, reason: str, **detail: Any) -> None:
@@ -51,7 +56,7 @@ class Lending:
             self.note("borrow", self._last_decision("borrow"), gpus=list(c.gpu_ids))
         elif isinstance(c, cmd.RestoreTraining):
             if not self.restore_deferred.intersection(c.gpu_ids):
-                self.trainer.restore.remote()
+                self._restore_trainer(c.gpu_ids)
             self.restore_deferred -= set(c.gpu_ids)
         elif c.to == "training":
             parks = self.world.parks_pending(c.gpu_ids)
@@ -80,5 +85,20 @@ class Lending:
         """Return `gpu_ids` once the workers parked there released their device state; the
         trainer's restore call goes out first, so it precedes any training call."""
         await asyncio.wait(parks)
-        self.trainer.restore.remote()
+        self._restore_trainer(gpu_ids)
         self._returned(gpu_ids, reason)
+
+    def _restore_trainer(self, gpu_ids: tuple[str, ...]) -> None:
+        """Ask the trainer to restore its device state; when it has, tell the controller
+        (`TrainingRestored`: it measures the return's cost from it)."""
+        done = self.trainer.restore.remote()
+
+        async def report() -> None:
+            try:
+                await done
+            except Exception as err:  # noqa: BLE001 - the trainer's own failure surfaces on its next call
+                self.note("restore_failed", f"trainer restore failed: {err}", gpus=list(gpu_ids))
+                return
+            self.emit(ev.TrainingRestored(self.now(), tuple(gpu_ids)))
+
+        asyncio.get_running_loop().create_task(report())

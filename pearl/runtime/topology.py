@@ -26,6 +26,7 @@ attaches to it by accident.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -281,6 +282,7 @@ class LocalCluster:
         from ray.cluster_utils import Cluster
 
         self._tmp = tempfile.mkdtemp(prefix="pearl-ray-")
+        _ensure_default_ray_dir()
         self._store_bytes = object_store_bytes
         head_args = {
             "num_cpus": head_cpus,
@@ -366,3 +368,15 @@ class LocalCluster:
             ray.shutdown()
         self._cluster.shutdown()
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _ensure_default_ray_dir() -> None:
+    """Ray's cluster helper records the head's address in Ray's *default* temp dir even
+    when the nodes get their own, and fails where that dir was never made (a fresh
+    machine whose first Ray start is ours)."""
+    try:
+        from ray._common.utils import get_default_ray_temp_dir
+
+        os.makedirs(get_default_ray_temp_dir(), exist_ok=True)
+    except (ImportError, OSError):  # another Ray layout, or no permission: Ray will say
+        pass

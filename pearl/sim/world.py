@@ -138,6 +138,7 @@ class World:
                 on_idle=self._on_training_idle,
                 on_wants=lambda ids, d: self.emit(E.TrainingWants(self.core.now_s, ids, d)),
                 on_step_finished=lambda v: self.emit(E.TrainingStepFinished(self.core.now_s, v)),
+                on_restored=lambda ids: self.emit(E.TrainingRestored(self.core.now_s, ids)),
             ),
             expected_ready_s=self._expected_batch_ready_s,
         )

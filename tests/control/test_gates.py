@@ -27,6 +27,21 @@ def test_ema_per_book_with_fallback():
     assert costs.cost("deactivation", borrowing=True) == SwitchCosts().deactivation_s
 
 
+def test_summary_shows_estimates_and_how_many_were_measured():
+    costs = SwitchCostTracker(alpha=0.5)
+    costs.observe("deactivation", 2.0, borrowing=True)
+    costs.observe("expansion_prep", 30.0, borrowing=False)
+    s = costs.summary()
+    assert s["switch_costs_s"]["deactivation"] == 2.0
+    assert s["switch_costs_s"]["activation"] == SwitchCosts().activation_s  # the prior
+    assert s["switch_costs_measured"] == {
+        "expansion_prep": 1,
+        "expansion_finalize": 0,
+        "activation": 0,
+        "deactivation": 1,
+    }
+
+
 def test_bad_observations_rejected():
     costs = SwitchCostTracker()
     with pytest.raises(ValueError):

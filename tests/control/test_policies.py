@@ -174,3 +174,43 @@ def test_borrow_plan_may_refill_a_free_dedicated_gpu():
     out = ctl.handle(E.TrainingIdle(2.0, ("t0",), 100.0))
     assert of(out, C.OffloadTraining) == [C.OffloadTraining(("t0",))]
     assert {c.gpu_ids[0] for c in of(out, C.InitWorker)} == {"t0", "d1"}
+
+
+@pytest.mark.parametrize("with_engine", [False, True], ids=["heuristic", "engine"])
+def test_training_restored_measures_the_return(with_engine):
+    """The time from a RestoreTraining to its TrainingRestored is a measured deactivation
+    cost: the engine advisor's gate book learns it, and the heuristic advisor adds it to
+    the borrow cost it gates on. A restore nobody asked for, or a duplicate, is ignored."""
+    kw = {"hardware": HardwarePrior.from_specs(get_model("qwen3-8b"), get_gpu("h100-sxm"))}
+    ctl = booted("pearl-ungated", 1, **(kw if with_engine else {}))
+    bring_up(ctl, ctl.handle(E.TrainingIdle(2.0, ("t0",), 500.0)), 3.0)
+    assert ctl.state.owner_of("t0") is not None
+    out = ctl.handle(E.TrainingWants(20.0, ("t0",), 30.0))
+    assert C.RestoreTraining(("t0",)) in out
+    assert not of(ctl.handle(E.TrainingRestored(22.5, ("t0",))), C.RestoreTraining)
+    if with_engine:
+        assert isinstance(ctl.advisor, EngineAdvisor)
+        costs = ctl.advisor.costs
+        assert costs.num_observed("deactivation", borrowing=True) == 1
+        assert costs.cost("deactivation", borrowing=True) == pytest.approx(2.5)
+    else:
+        assert ctl.advisor.return_cost_s == pytest.approx(0.7 * 3.8 + 0.3 * 2.5)
+    ctl.handle(E.TrainingRestored(23.0, ("t0",)))
+    assert "not being returned" in ctl.ignored[-1]
+    ctl.handle(E.TrainingRestored(24.0, ("t1",)))
+    assert "not being returned" in ctl.ignored[-1]
+    if with_engine:
+        assert ctl.advisor.costs.num_observed("deactivation", borrowing=True) == 1
+
+
+def test_heuristic_borrow_cost_includes_the_return():
+    """A measured activation alone would understate a borrow: the heuristic advisor's
+    borrow EMA samples activation + its current return estimate."""
+    from pearl.control.policies.advisor import HeuristicAdvisor
+
+    adv = HeuristicAdvisor(get_policy("roll"), default_borrow_cost_s=10.0)
+    adv.record_switch("return", 2.0, 0.0, borrowed=True)
+    assert adv.return_cost_s == pytest.approx(0.7 * 3.8 + 0.3 * 2.0)
+    adv.record_switch("borrow", 4.0, 1.0, borrowed=True)
+    assert adv.cost_s["borrow"] == pytest.approx(0.7 * 10.0 + 0.3 * (5.0 + adv.return_cost_s))
+    assert adv.cost_s["expand"] == 75.0

@@ -249,8 +249,12 @@ def test_a_prior_several_times_too_fast_is_corrected_by_level():
     for i in range(400):
         pf, dec = int(rng.integers(0, 4000)), int(rng.integers(1, 64))
         ctx = dec * 2000
-        t = 8.0 * (prior.step_overhead_s + pf * prior.prefill_s_per_token
-                   + dec * prior.decode_s_per_seq + ctx * prior.decode_s_per_ctx_token)
+        t = 8.0 * (
+            prior.step_overhead_s
+            + pf * prior.prefill_s_per_token
+            + dec * prior.decode_s_per_seq
+            + ctx * prior.decode_s_per_ctx_token
+        )
         t *= float(rng.uniform(0.9, 1.1))
         steps.append(WorkerStepRecord("w0", "colocated", 0, float(i), dec + (pf > 0),
                                       pf, dec, ctx, t))  # fmt: skip

@@ -100,6 +100,8 @@ def test_staleness_bound_and_training_deadlines_hold(run_dir):
     assert summary["late_returns"] == 0
     returns = [e for e in _lines(out / "events.jsonl") if e["kind"] == "return"]
     assert all(e["on_time"] for e in returns)
+    if returns:  # each return's restore was timed and fed to the gates
+        assert summary["switch_costs_measured"]["deactivation"] >= 1
 
 
 def test_interruptions_are_resumed_and_recorded(run_dir):

@@ -1,6 +1,6 @@
 """KV transfer: the tensor codec and the in-process transport.
 
-The object-store transport between two actors on two nodes is exercised in test_worker.py
+The object-store transport between two actors on two nodes is exercised in test_worker_ray.py
 (prefill and decode workers on one shared Ray cluster).
 """
 

@@ -230,7 +230,8 @@ def test_world_without_parking_starts_and_kills(cluster) -> None:
 
 def test_trainer_restores_only_after_the_park_and_before_training() -> None:
     """ReleaseGpus + RestoreTraining while a park is pending: the restore call and the
-    return note wait for the park; the restore goes out before training is started."""
+    return note wait for the park; the restore goes out before training is started; once
+    the trainer has restored, the controller hears `TrainingRestored`."""
     from pearl.runtime.lending import Lending
 
     calls: list[str] = []
@@ -239,8 +240,11 @@ def test_trainer_restores_only_after_the_park_and_before_training() -> None:
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def remote(self) -> None:
+        def remote(self) -> asyncio.Future:
             calls.append(self.name)
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
 
     class Trainer:
         restore = Remote("restore")
@@ -258,6 +262,9 @@ def test_trainer_restores_only_after_the_park_and_before_training() -> None:
 
         def now(self) -> float:
             return 0.0
+
+        def emit(self, event: Any) -> None:
+            calls.append(type(event).__name__)
 
         def note(self, kind: str, reason: str, **detail: Any) -> None:
             calls.append(kind)
@@ -281,4 +288,5 @@ def test_trainer_restores_only_after_the_park_and_before_training() -> None:
         return d
 
     d = asyncio.run(run())
-    assert calls == ["restore", "return", "train"] and not d.lent and not d.restore_deferred
+    assert calls == ["restore", "return", "train", "TrainingRestored"]
+    assert not d.lent and not d.restore_deferred

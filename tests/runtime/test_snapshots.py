@@ -1,6 +1,6 @@
 """Weight snapshots: shard grouping and the registry's version bookkeeping (no Ray needed).
 
-Publishing through Ray and a worker pulling a version are tested in test_worker.py, which
+Publishing through Ray and a worker pulling a version are tested in test_worker_ray.py, which
 shares one Ray cluster.
 """
 

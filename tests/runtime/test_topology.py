@@ -2,7 +2,7 @@
 
 These run on hand-written `ray.nodes()`-shaped tables (no Ray). The same functions on a
 live multi-node cluster (a drained, then removed preemptible node) are exercised in
-test_worker.py::test_ray_node_removed_mid_decode_keeps_every_prefix.
+test_worker_ray.py::test_ray_node_removed_mid_decode_keeps_every_prefix.
 """
 
 from __future__ import annotations

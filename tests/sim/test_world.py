@@ -129,6 +129,18 @@ def test_borrowed_training_gpus_are_home_for_every_training_step() -> None:
                 assert not bound & train_ids, f"training GPU serving at {t:.1f}s"
 
 
+def test_returns_are_measured_as_deactivation_costs() -> None:
+    """Each borrow's return ends in TrainingRestored after the world's deactivation time;
+    the controller's gate book learns that cost (within the configured range)."""
+    cfg = small(**{"trace.duration_s": 900.0})
+    run = run_policy(cfg, "pearl-ungated", actions=[])
+    assert run.summary["reconfigurations"]["borrow"] > 0
+    costs = run.controller.advisor.costs  # the decision engine's advisor
+    assert costs.num_observed("deactivation", borrowing=True) > 0
+    low, high = cfg.costs.borrow_deactivation_s.low_s, cfg.costs.borrow_deactivation_s.high_s
+    assert low <= costs.cost("deactivation", borrowing=True) <= high
+
+
 def test_interrupt_event_counts_match_world() -> None:
     """Every RequestInterrupted the controller saw was produced by the world."""
     offer = TraceAction(0.0, "offer", ("pre0",))

@@ -27,13 +27,17 @@ class HeuristicAdvisor:
         *,
         default_expand_cost_s: float = 75.0,
         default_borrow_cost_s: float = 10.0,
+        default_return_cost_s: float = 3.8,
         ema_alpha: float = 0.3,
         margin: float = 2.0,
     ) -> None:
         self.policy = policy
         self.alpha = ema_alpha
         self.margin = margin
+        # a borrow costs its activation and its (mandatory) return: the borrow EMA takes
+        # samples of measured activation + the current return estimate
         self.cost_s = {"expand": default_expand_cost_s, "borrow": default_borrow_cost_s}
+        self.return_cost_s = default_return_cost_s
 
     def _shape(self, num_workers: int, current: PDConfig | None) -> PDConfig:
         p = self.policy
@@ -76,8 +80,13 @@ class HeuristicAdvisor:
         return self._window_gate("borrow", window_s)
 
     def record_switch(self, kind: str, prep_s: float, finalize_s: float, *, borrowed: bool) -> None:
-        key = "borrow" if kind == "borrow" else "expand"
         cost_s = max(0.0, prep_s + finalize_s)
+        if kind == "return":
+            self.return_cost_s = (1 - self.alpha) * self.return_cost_s + self.alpha * cost_s
+            return
+        key = "borrow" if kind == "borrow" else "expand"
+        if key == "borrow":
+            cost_s += self.return_cost_s
         self.cost_s[key] = (1 - self.alpha) * self.cost_s[key] + self.alpha * cost_s
 
 

@@ -64,8 +64,10 @@ class Advisor(Protocol):
         """Borrow idle training GPUs that would turn `current` into `target` for `window_s`?"""
 
     def record_switch(self, kind: str, prep_s: float, finalize_s: float, *, borrowed: bool) -> None:
-        """A measured transition of `kind` (`expand` or `borrow`): `prep_s` from its start
-        until its last worker was ready, `finalize_s` from then until admission."""
+        """A measured transition of `kind`: `expand` or `borrow`, with `prep_s` from its
+        start until its last worker was ready and `finalize_s` from then until admission;
+        or `return` (borrowed GPUs given back to training), its whole duration in
+        `prep_s`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,6 +108,8 @@ class EngineAdvisor:
     def record_switch(self, kind: str, prep_s: float, finalize_s: float, *, borrowed: bool) -> None:
         if kind == "borrow":
             self.costs.observe("activation", prep_s + finalize_s, borrowing=True)
+        elif kind == "return":
+            self.costs.observe("deactivation", prep_s + finalize_s, borrowing=True)
         elif kind == "expand":
             self.costs.observe("expansion_prep", prep_s, borrowing=borrowed)
             self.costs.observe("expansion_finalize", finalize_s, borrowing=borrowed)
