@@ -90,7 +90,7 @@ class RebuilderMixin(SchedulerCore):
                 for gid in self._state.worker(w).gpu_ids
             )
             if touches or g.deferred:
-                gpus = self._cancel_group(g, f"{sorted(lost)} leaving")
+                gpus = self._cancel_group(g, f"{sorted(lost)} leaving", censored=True)
                 self._give_back([x for x in gpus if x not in lost])
         for w in list(self._state.workers):
             if lost.intersection(w.gpu_ids):

@@ -256,8 +256,19 @@ class SchedulerCore:
             self.advisor.record_switch(g.kind, prep_s, finalize_s, borrowed=borrowed)
         self._after_transition()
 
-    def _cancel_group(self, g: Group, reason: str, *, failed: str | None = None) -> list[str]:
-        """Stop every worker of `g` (except the one that failed); returns the group's GPUs."""
+    def _cancel_group(
+        self, g: Group, reason: str, *, failed: str | None = None, censored: bool = False
+    ) -> list[str]:
+        """Stop every worker of `g` (except the one that failed); returns the group's GPUs.
+
+        `censored`: the group was cut short by its GPUs leaving, so the switch it was making
+        took at least as long as it had run; the advisor hears that lower bound (without
+        it, the switches that take longest are the ones never measured)."""
+        if censored and g.kind in ("expand", "borrow") and self.now_s > g.started_s:
+            borrowed = g.kind == "borrow" or bool(self._state.gpus_in(Zone.OVERLAP))
+            self.advisor.record_switch(
+                g.kind, self.now_s - g.started_s, 0.0, borrowed=borrowed, censored=True
+            )
         gpus: list[str] = []
         for w in g.worker_ids:
             if not self._state.has_worker(w):

@@ -214,3 +214,25 @@ def test_heuristic_borrow_cost_includes_the_return():
     adv.record_switch("borrow", 4.0, 1.0, borrowed=True)
     assert adv.cost_s["borrow"] == pytest.approx(0.7 * 10.0 + 0.3 * (5.0 + adv.return_cost_s))
     assert adv.cost_s["expand"] == 75.0
+    before = adv.cost_s["expand"]
+    adv.record_switch("expand", 30.0, 0.0, borrowed=False, censored=True)  # below: no news
+    assert adv.cost_s["expand"] == before
+    adv.record_switch("expand", 200.0, 0.0, borrowed=False, censored=True)
+    assert adv.cost_s["expand"] == pytest.approx(0.7 * before + 0.3 * 200.0)
+
+
+def test_a_borrow_cut_short_is_a_lower_bound_on_activation():
+    """Training wants its GPUs back while the borrowed worker still starts: the borrow took
+    at least that long, which the gate book learns when it exceeds the estimate (a cut
+    shorter than the estimate says nothing and is not recorded)."""
+    hw = HardwarePrior.from_specs(get_model("qwen3-8b"), get_gpu("h100-sxm"))
+    ctl = booted("pearl-ungated", 1, hardware=hw)
+    costs = ctl.advisor.costs
+    assert of(ctl.handle(E.TrainingIdle(2.0, ("t0",), 500.0)), C.InitWorker)
+    ctl.handle(E.TrainingWants(22.0, ("t0",), 30.0))  # never ready: cancelled after 20 s
+    assert costs.num_observed("activation", borrowing=True) == 1
+    assert costs.cost("activation", borrowing=True) == pytest.approx(20.0)
+    ctl.handle(E.TrainingRestored(23.0, ("t0",)))
+    assert of(ctl.handle(E.TrainingIdle(24.0, ("t0",), 500.0)), C.InitWorker)
+    ctl.handle(E.TrainingWants(25.0, ("t0",), 30.0))  # 1 s < 20 s: no news
+    assert costs.num_observed("activation", borrowing=True) == 1

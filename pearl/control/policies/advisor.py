@@ -79,7 +79,15 @@ class HeuristicAdvisor:
             return Verdict(True, "ungated")
         return self._window_gate("borrow", window_s)
 
-    def record_switch(self, kind: str, prep_s: float, finalize_s: float, *, borrowed: bool) -> None:
+    def record_switch(
+        self,
+        kind: str,
+        prep_s: float,
+        finalize_s: float,
+        *,
+        borrowed: bool,
+        censored: bool = False,
+    ) -> None:
         cost_s = max(0.0, prep_s + finalize_s)
         if kind == "return":
             self.return_cost_s = (1 - self.alpha) * self.return_cost_s + self.alpha * cost_s
@@ -87,6 +95,8 @@ class HeuristicAdvisor:
         key = "borrow" if kind == "borrow" else "expand"
         if key == "borrow":
             cost_s += self.return_cost_s
+        if censored and cost_s <= self.cost_s[key]:  # a lower bound below the estimate
+            return
         self.cost_s[key] = (1 - self.alpha) * self.cost_s[key] + self.alpha * cost_s
 
 

@@ -63,11 +63,20 @@ class Advisor(Protocol):
     def borrow(self, current: PDConfig | None, target: PDConfig, window_s: float) -> Verdict:
         """Borrow idle training GPUs that would turn `current` into `target` for `window_s`?"""
 
-    def record_switch(self, kind: str, prep_s: float, finalize_s: float, *, borrowed: bool) -> None:
+    def record_switch(
+        self,
+        kind: str,
+        prep_s: float,
+        finalize_s: float,
+        *,
+        borrowed: bool,
+        censored: bool = False,
+    ) -> None:
         """A measured transition of `kind`: `expand` or `borrow`, with `prep_s` from its
         start until its last worker was ready and `finalize_s` from then until admission;
         or `return` (borrowed GPUs given back to training), its whole duration in
-        `prep_s`."""
+        `prep_s`. `censored`: the transition was cut short after `prep_s` (its GPUs left),
+        so its cost is at least that."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,7 +105,18 @@ class EngineAdvisor:
         self.log.append(f"borrow gate {current} -> {target}: {g.reason}")
         return Verdict(g.admit, g.reason, g.gain_s, g.cost_s)
 
-    def record_switch(self, kind: str, prep_s: float, finalize_s: float, *, borrowed: bool) -> None:
+    def record_switch(
+        self,
+        kind: str,
+        prep_s: float,
+        finalize_s: float,
+        *,
+        borrowed: bool,
+        censored: bool = False,
+    ) -> None:
+        if censored:  # a lower bound: informative only above the current estimate
+            self._record_lower_bound(kind, prep_s + finalize_s, borrowed=borrowed)
+            return
         if kind == "borrow":
             self.costs.observe("activation", prep_s + finalize_s, borrowing=True)
         elif kind == "return":
@@ -113,3 +124,14 @@ class EngineAdvisor:
         elif kind == "expand":
             self.costs.observe("expansion_prep", prep_s, borrowing=borrowed)
             self.costs.observe("expansion_finalize", finalize_s, borrowing=borrowed)
+
+    def _record_lower_bound(self, kind: str, at_least_s: float, *, borrowed: bool) -> None:
+        """A switch cut short after `at_least_s`: if that exceeds the estimate, it is
+        observed as a cost (an expansion's as preparation, its finalisation unchanged)."""
+        c = self.costs
+        if kind == "borrow" and at_least_s > c.cost("activation", borrowing=True):
+            c.observe("activation", at_least_s, borrowing=True)
+        elif kind == "expand":
+            finalize = c.cost("expansion_finalize", borrowing=borrowed)
+            if at_least_s > c.cost("expansion_prep", borrowing=borrowed) + finalize:
+                c.observe("expansion_prep", at_least_s - finalize, borrowing=borrowed)
