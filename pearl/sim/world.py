@@ -4,7 +4,9 @@ It executes the controller's commands (contract B) and emits events back, throug
 outbox the driver empties after every heap entry (`take_outbox`). Physics comes from
 `pearl.sim.inference` (one `InferenceWorker` per rollout worker) and `pearl.sim.hardware`
 (KV transfer); the trajectories from `pearl.sim.workload`; the trainer from
-`pearl.sim.trainer`; preemptible GPUs from trace playback (`pearl.sim.playback`).
+`pearl.sim.trainer`; preemptible GPUs from trace playback (`pearl.sim.playback`). The
+worker commands (start, weight sync, role, drain, interrupt, stop) are executed by the
+`WorkerCommands` mixin of `pearl.sim.world_workers`, where `SimWorker` lives (re-exported here).
 
 A turn's path (paper §2, §4.1): `Route` -> prefill on the prefill worker (colocated: prefill
 and decode there) -> [KV transfer -> decode on the decode worker] -> `TurnFinished` ->
@@ -26,10 +28,9 @@ from dataclasses import dataclass, field
 
 from pearl.control import commands as C
 from pearl.control import events as E
-from pearl.control.state import Gpu, Role, Zone
+from pearl.control.state import Gpu, Zone
 from pearl.sim.config import SimConfig
 from pearl.sim.core import (
-    PRIO_COMPLETION,
     PRIO_DEFAULT,
     PRIO_GPU_GONE,
     PRIO_NOTICE,
@@ -39,7 +40,6 @@ from pearl.sim.core import (
     Handle,
 )
 from pearl.sim.hardware import WorkerHardware
-from pearl.sim.inference import InferenceWorker
 from pearl.sim.playback import TraceAction
 from pearl.sim.rollout import (
     StepRun,
@@ -52,27 +52,9 @@ from pearl.sim.rollout import (
 from pearl.sim.telemetry_out import worker_step_record
 from pearl.sim.trainer import Trainer, TrainerCallbacks
 from pearl.sim.workload import TrajectorySampler
+from pearl.sim.world_workers import SimWorker, WorkerCommands
 from pearl.specs.hardware import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
-
-
-@dataclass(eq=False)
-class SimWorker:
-    """A rollout worker of the world: its engine, GPUs and lifecycle."""
-
-    worker_id: str
-    gpu_ids: tuple[str, ...]
-    zone: Zone
-    engine: InferenceWorker
-    group_id: str
-    born_s: float
-    ready: bool = False
-    synced_once: bool = False
-    draining: bool = False
-    version: int = -1
-    handle: Handle | None = None
-    pending_role: Role | None = None  # a role change waiting for the worker to empty
-    incoming: set[str] = field(default_factory=set)  # trajectories in KV transfer to it
 
 
 @dataclass
@@ -93,7 +75,7 @@ class WorldStats:
     worker_gpu_s_by_zone: dict[str, float] = field(default_factory=dict)
 
 
-class World:
+class World(WorkerCommands):
     """See the module docstring. `actions` is the trace timeline (empty for a static budget)."""
 
     def __init__(self, cfg: SimConfig, actions: list[TraceAction], *, borrowing: bool) -> None:
@@ -243,105 +225,8 @@ class World:
             self._hw[tp] = WorkerHardware(self.model, self.gpu_spec, tp=tp)
         return self._hw[tp]
 
-    def _do_InitWorker(self, cmd: C.InitWorker) -> None:
-        now = self.core.now_s
-        missing = [g for g in cmd.gpu_ids if g not in self.gpus]
-        lent = self.trainer.lent
-        on_training = [g for g in cmd.gpu_ids if g in self.trainer.gpu_ids]
-        if on_training and any(g not in lent for g in on_training):
-            missing += [g for g in on_training if g not in lent]
-        if missing or cmd.worker_id in self.workers:
-            why = "GPU not available: " + ",".join(missing) if missing else "duplicate worker id"
-            self.core.after(0.0, lambda: self._init_failed(cmd.worker_id, why), PRIO_COMPLETION)
-            return
-        zone = Zone.OVERLAP if on_training else self.gpus[cmd.gpu_ids[0]].zone
-        engine = InferenceWorker(
-            cmd.worker_id, self._hardware(len(cmd.gpu_ids)), cmd.role, now_s=now
-        )
-        w = SimWorker(cmd.worker_id, tuple(cmd.gpu_ids), zone, engine, cmd.group_id, now)
-        self.workers[w.worker_id] = w
-        costs = self.cfg.costs
-        if zone == Zone.OVERLAP:  # a borrow always pays its activation, even at time 0
-            delay = self.core.uniform(
-                costs.borrow_activation_s.low_s, costs.borrow_activation_s.high_s
-            )
-        elif now == 0.0:  # the pool the segment starts with is up already
-            delay = 0.0
-        else:
-            delay = self.core.uniform(costs.expansion_prep_s.low_s, costs.expansion_prep_s.high_s)
-        fails = costs.init_failure_prob > 0 and self.core.rng.random() < costs.init_failure_prob
-        self.core.after(delay, lambda: self._init_done(w, fails), PRIO_COMPLETION)
-
-    def _init_failed(self, worker_id: str, reason: str) -> None:
-        self.stats.init_failures += 1
-        self.emit(E.WorkerInitFailed(self.core.now_s, worker_id, reason))
-
-    def _init_done(self, w: SimWorker, fails: bool) -> None:
-        if self.workers.get(w.worker_id) is not w:
-            return  # stopped meanwhile
-        if fails:
-            self._remove_worker(w)
-            self._init_failed(w.worker_id, "initialisation failed")
-            return
-        w.ready = True
-        self.emit(E.WorkerReady(self.core.now_s, w.worker_id))
-
-    def _do_SyncWeights(self, cmd: C.SyncWeights) -> None:
-        w = self.workers.get(cmd.worker_id)
-        if w is None:
-            return
-        costs, now = self.cfg.costs, self.core.now_s
-        if not w.synced_once:
-            w.synced_once = True
-            if w.born_s == 0.0 or w.zone == Zone.OVERLAP:
-                delay = 0.0  # warm start / weights already on the training GPUs
-            else:
-                r = costs.expansion_final_s
-                delay = self.core.uniform(r.low_s, r.high_s)
-        else:
-            r = self.cfg.trainer.weight_sync_s
-            delay = self.core.uniform(r.low_s, r.high_s)
-        version = min(cmd.version, self.trainer.version)
-
-        def done() -> None:
-            if self.workers.get(w.worker_id) is w:
-                w.version = max(w.version, version)
-                self.emit(E.WeightsSynced(self.core.now_s, w.worker_id, version))
-
-        self.core.schedule(now + delay, done, PRIO_COMPLETION)
-
     def _do_AdmitGroup(self, cmd: C.AdmitGroup) -> None:
         pass  # routing is the controller's; the world serves whatever it is routed
-
-    def _do_ChangeRole(self, cmd: C.ChangeRole) -> None:
-        w = self.workers.get(cmd.worker_id)
-        if w is None:
-            return
-        w.pending_role = None
-        if w.engine.role == cmd.role:
-            return
-        if w.engine.num_in_flight or w.incoming:
-            # Requests in flight finish where they are; the role applies once it is empty.
-            w.pending_role = cmd.role
-            return
-        w.engine.set_role(cmd.role)
-
-    def _do_Drain(self, cmd: C.Drain) -> None:
-        w = self.workers.get(cmd.worker_id)
-        if w is None:
-            return
-        w.draining = True
-        self._check_drained(w)
-
-    def _do_Interrupt(self, cmd: C.Interrupt) -> None:
-        w = self.workers.get(cmd.worker_id)
-        if w is not None:
-            self._interrupt(w, preserve=True)
-
-    def _do_StopWorker(self, cmd: C.StopWorker) -> None:
-        w = self.workers.get(cmd.worker_id)
-        if w is not None:
-            self._kill(w, preserve=True)
 
     def _do_ReleaseGpus(self, cmd: C.ReleaseGpus) -> None:
         for w in [w for w in self.workers.values() if set(cmd.gpu_ids) & set(w.gpu_ids)]:
@@ -394,30 +279,8 @@ class World:
         self.touch(w)
         self._check_drained(w)
 
-    def _check_drained(self, w: SimWorker) -> None:
-        if w.draining and not w.engine.num_in_flight and not w.incoming:
-            w.draining = False
-            self.emit(E.WorkerDrained(self.core.now_s, w.worker_id))
-        if w.pending_role is not None and not w.engine.num_in_flight and not w.incoming:
-            w.engine.set_role(w.pending_role)
-            w.pending_role = None
-
     def _interrupt(self, w: SimWorker, *, preserve: bool) -> None:
         interrupt_worker(self, w, preserve=preserve)
-
-    def _kill(self, w: SimWorker, *, preserve: bool) -> None:
-        self._interrupt(w, preserve=preserve)
-        self._remove_worker(w)
-
-    def _remove_worker(self, w: SimWorker) -> None:
-        if w.handle is not None:
-            w.handle.cancel()
-        self.workers.pop(w.worker_id, None)
-        zone = w.zone.value
-        held = (self.core.now_s - w.born_s) * len(w.gpu_ids)
-        self.stats.worker_gpu_s_by_zone[zone] = (
-            self.stats.worker_gpu_s_by_zone.get(zone, 0.0) + held
-        )
 
     def finish(self, until_s: float) -> None:
         """Close the books at `until_s` (GPU-seconds of GPUs and workers still alive)."""
