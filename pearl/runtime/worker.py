@@ -31,6 +31,10 @@ lock between two steps. So:
 Bad requests (too long for the context limit, wrong role, worker draining, parked or released)
 get an error result; they never crash the actor. Telemetry (`TurnRecord` per finished or
 interrupted turn, `WorkerStepRecord` per engine step) is collected with `telemetry()`.
+
+This module holds admission and the serving calls; the control calls are the
+`WorkerControl` mixin (`pearl.runtime.worker_control`) and the step loop the `WorkerLoop`
+mixin (`pearl.runtime.worker_loop`).
 """
 
 from __future__ import annotations
@@ -38,14 +42,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from pearl.control.state import Role
 from pearl.runtime.engine import RequestRejected
 from pearl.runtime.kv_transfer import KVLostError, get_transport
 from pearl.runtime.snapshots import REGISTRY_NAME
-from pearl.runtime.telemetry_sink import StepProbe, TelemetrySink, record_turn
+from pearl.runtime.telemetry_sink import StepProbe, TelemetrySink
 from pearl.runtime.topology import current_node_id, worker_options
 from pearl.runtime.worker_api import (
     ERROR,
@@ -59,24 +62,10 @@ from pearl.runtime.worker_api import (
     WorkerStatus,
 )
 from pearl.runtime.worker_control import WorkerControl
+from pearl.runtime.worker_loop import WorkerLoop, _Live
 
 
-@dataclass
-class _Live:
-    """A turn admitted to this worker and not yet answered."""
-
-    request: TurnRequest
-    role: Role
-    t_queued_s: float
-    chunks: asyncio.Queue = field(default_factory=asyncio.Queue)
-    done: asyncio.Future | None = None
-    prefill: PrefillResult | None = None
-    t_kv_end_s: float | None = None
-    t_first_token_s: float | None = None
-    num_streamed: int = 0
-
-
-class RolloutWorker(WorkerControl):
+class RolloutWorker(WorkerLoop, WorkerControl):
     """The actor class; create it with `start_worker` (or `ray.remote(RolloutWorker)`)."""
 
     def __init__(
@@ -246,153 +235,6 @@ class RolloutWorker(WorkerControl):
             self.engine.weight_version,
             error=message,
         )
-
-    # -- the step loop ----------------------------------------------------------------------
-    def _kick(self) -> None:
-        if self._loop_task is None or self._loop_task.done():
-            self._loop_task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            async with self._lock:
-                if self.engine.is_released or not self.engine.has_unfinished():
-                    return
-                try:
-                    outputs, exports = await asyncio.to_thread(self._step)
-                except Exception as err:  # a broken step must not kill the actor
-                    self._fail_all(f"engine step failed: {type(err).__name__}: {err}")
-                    return
-                self._dispatch(outputs, exports)
-            await asyncio.sleep(0)  # let control calls in between two steps
-
-    def _step(self) -> tuple[list[Any], dict[str, tuple[Any, float, Any]]]:
-        """One engine step (in a thread, under the lock); exports finished prefills."""
-        self.probe.reset()
-        t0 = time.time()
-        outputs = self.engine.step()
-        t1 = time.time()
-        self.sink.step(self.role.value, self._rollout_step, t1, self.probe.last, t1 - t0)
-        exports: dict[str, tuple[Any, float, Any]] = {}
-        for out in outputs:
-            if out.finished and out.finish_reason == "prefill":
-                t_kv = time.time()
-                payload = self.engine.export_kv(out.request_id)
-                handle = self.transport.send(
-                    payload, request_id=out.request_id, num_tokens=payload.num_kv_tokens
-                )
-                exports[out.request_id] = (handle, t_kv, payload)
-        return outputs, exports
-
-    def _dispatch(self, outputs: list[Any], exports: dict[str, tuple[Any, float, Any]]) -> None:
-        for out in outputs:
-            live = self._live.get(out.request_id)
-            if live is None:
-                continue
-            if live.t_first_token_s is None and out.new_token_ids:
-                live.t_first_token_s = time.time()
-            if out.request_id in exports:
-                handle, t_kv, _ = exports[out.request_id]
-                self._finish_prefill(live, out, handle, t_kv)
-            elif out.finished:
-                self._finish(
-                    live,
-                    out.output_token_ids,
-                    out.output_logprobs,
-                    out.finish_reason,
-                    cached=out.num_cached_prefix_tokens,
-                )
-            else:
-                self._stream(live, out.output_token_ids, out.output_logprobs)
-
-    def _stream(self, live: _Live, tokens: tuple[int, ...], logprobs: tuple[float, ...]) -> None:
-        new = tokens[live.num_streamed :]
-        if new:
-            live.chunks.put_nowait(
-                TokenChunk(
-                    live.request.traj_id, live.request.turn, new, logprobs[live.num_streamed :]
-                )
-            )
-            live.num_streamed = len(tokens)
-
-    def _finish(
-        self,
-        live: _Live,
-        tokens: tuple[int, ...],
-        logprobs: tuple[float, ...],
-        reason: str | None,
-        *,
-        cached: int = 0,
-        error: str | None = None,
-    ) -> None:
-        req = live.request
-        self._live.pop(req.request_id, None)
-        t_prefill_start = self.probe.forget(req.request_id)
-        result = TurnResult(
-            req.traj_id,
-            req.turn,
-            tuple(tokens),
-            tuple(logprobs),
-            reason or ERROR,
-            self.worker_id,
-            self.engine.weight_version,
-            error,
-            self._record(live, len(tokens), cached, t_prefill_start, reason),
-        )
-        tail = tokens[live.num_streamed :]
-        live.chunks.put_nowait(
-            TokenChunk(
-                req.traj_id, req.turn, tuple(tail), tuple(logprobs[live.num_streamed :]), result
-            )
-        )
-        live.num_streamed = len(tokens)
-        if live.done is not None and not live.done.done():
-            live.done.set_result(result)
-
-    def _finish_prefill(self, live: _Live, out: Any, handle: Any, t_kv: float) -> None:
-        req = live.request
-        self._live.pop(req.request_id, None)
-        t_start = self.probe.forget(req.request_id) or live.t_queued_s
-        result = PrefillResult(
-            req.traj_id,
-            req.turn,
-            handle,
-            tuple(out.output_token_ids),
-            tuple(out.output_logprobs),
-            "prefill",
-            self.worker_id,
-            self.engine.weight_version,
-            num_prompt_tokens=len(req.prompt_token_ids),
-            cached_prefix_tokens=out.num_cached_prefix_tokens,
-            t_queued_s=live.t_queued_s,
-            t_prefill_start_s=t_start,
-            t_prefill_end_s=t_kv,
-            t_kv_start_s=t_kv,
-        )
-        if live.done is not None and not live.done.done():
-            live.done.set_result(result)
-
-    def _record(
-        self, live: _Live, num_tokens: int, cached: int, t_start: float | None, reason: str | None
-    ) -> Any:
-        """The turn's TurnRecord, also kept for `telemetry()` (see `record_turn`)."""
-        rec = record_turn(
-            worker_id=self.worker_id,
-            weight_version=self.engine.weight_version,
-            request=live.request,
-            role=live.role.value,
-            prefill=live.prefill,
-            num_tokens=num_tokens,
-            cached_prefix_tokens=cached,
-            t_queued_s=live.t_queued_s,
-            t_start_s=t_start,
-            t_first_token_s=live.t_first_token_s,
-            t_kv_end_s=live.t_kv_end_s,
-            reason=reason,
-            interrupted_reasons=(INTERRUPTED,),
-        )
-        if rec is not None:
-            self.sink.turn(rec)
-        return rec
 
 
 def start_worker(
