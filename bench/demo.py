@@ -62,6 +62,7 @@ def main() -> None:
         f"| interrupted / resumed requests | {ev.get('interrupt', 0)} / {ev.get('resume', 0)} |",
         f"| parked-worker activations / parks | {ev.get('activation', 0)} / {ev.get('park', 0)} |",
         f"| PD configs the steps ran on | {', '.join(_configs(run_dir))} |",
+        f"| switch costs the gates ended with (times measured) | {_switch_costs(s)} |",
         f"| turns served by borrowed (activated) workers | {_borrowed_turns(run_dir)} |",
         f"| median relative error, predicted vs measured rollout makespan | {err:.0%} over {mp.get('num_steps')} steps (signed {mp.get('median_rel_error'):+.0%}) |"
         if err is not None
@@ -84,6 +85,12 @@ def main() -> None:
     print(body)
     if "--no-write" not in sys.argv:
         write_section("demo", body)
+
+
+def _switch_costs(summary: dict) -> str:
+    """`kind estimate s (n)` for each switch kind; n = 0 means the configured prior."""
+    est, n = summary.get("switch_costs_s") or {}, summary.get("switch_costs_measured") or {}
+    return ", ".join(f"{k} {v:.2f} s ({n.get(k, 0)})" for k, v in est.items()) or "-"
 
 
 def _borrowed_turns(run_dir: Path) -> str:
