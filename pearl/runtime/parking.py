@@ -7,9 +7,10 @@ for `RayWorld`, keyed by the tuple of device slots they are bound to:
 * `park(worker_id, handle, slots)`: a borrowed worker that must go back to training is
   parked (`RolloutWorker.park`: in-flight turns come back interrupted with their prefix,
   weights and KV leave the device) instead of killed; the process stays.
-* `prestart(slots)`: at run start a worker is started on the slots, parked and then warmed
-  up while parked (the one-time cost of a process's first weight sync), so that even the
-  first borrow is an activation, not a process start.
+* `prestart(slots)`: at run start a worker is started on the slots with its engine
+  released (weights on the CPU, nothing on the device the trainer holds), parked and then
+  warmed up while parked (the one-time cost of a process's first weight sync), so that
+  even the first borrow is an activation, not a process start.
 * `take(slots)`: the next borrow of exactly those slots gets the parked actor (after any
   park or pre-start of overlapping slots has finished); actors parked on a different
   grouping of those slots are killed so that a fresh worker can bind them.
@@ -53,7 +54,7 @@ class ParkingLot:
         training_slots: tuple[str, ...],
         *,
         enabled: bool,
-        start: Callable[[str, str, Slots], Any],
+        start: Callable[..., Any],  # (worker_id, role, slots, *, released=False) -> handle
         spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task],
         kill: Callable[[Any], None],
         on_record: Callable[[str, Any], None],
@@ -142,7 +143,7 @@ class ParkingLot:
     async def _prestart(self, slots: Slots, held: asyncio.Future) -> bool:
         worker_id = "parked-" + "-".join(slots)
         try:
-            handle = self._start(worker_id, "colocated", slots)
+            handle = self._start(worker_id, "colocated", slots, released=True)
             self._in_flight[slots] = handle
             await asyncio.wait_for(_aget(handle.ready.remote()), PRESTART_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - a borrow then starts a fresh worker

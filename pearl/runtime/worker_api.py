@@ -43,6 +43,7 @@ class EngineSpec:
     max_num_seqs: int = 64
     max_model_len: int | None = None
     torch_threads: int = 1
+    start_released: bool = False  # nothing on the device until the worker is activated
 
     def build(self) -> Any:
         import torch
@@ -64,6 +65,7 @@ class EngineSpec:
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             max_model_len=self.max_model_len,
+            start_released=self.start_released,
         )
 
 

@@ -16,6 +16,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pearl.control import commands as cmd
@@ -157,12 +158,15 @@ class WorkerCommands:
         self.starting.discard(c.worker_id)
         self.emit(ev.WorkerReady(self.now(), c.worker_id))
 
-    def _start(self, worker_id: str, role: Any, slots: tuple[str, ...]) -> Any:
+    def _start(
+        self, worker_id: str, role: Any, slots: tuple[str, ...], *, released: bool = False
+    ) -> Any:
+        """Start a worker actor; `released`: its engine allocates nothing on the device
+        until activated (a worker pre-started on a training device the trainer holds)."""
         from pearl.runtime.worker import start_worker
 
-        return start_worker(
-            worker_id, role, slots, self.engine_spec, use_cuda=self.cfg.cluster.use_cuda
-        )
+        spec = replace(self.engine_spec, start_released=True) if released else self.engine_spec
+        return start_worker(worker_id, role, slots, spec, use_cuda=self.cfg.cluster.use_cuda)
 
     async def _device_free(self, slots: tuple[str, ...]) -> None:
         """On CUDA devices, wait until the trainer has moved its state off `slots` (its

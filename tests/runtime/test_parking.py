@@ -154,12 +154,20 @@ def test_world_prestarts_activates_and_parks_on_training_slots(cluster) -> None:
 
     async def run():
         world = _world(rec, park=True, slots=("t1",))
+        starts, real_start = [], world.lot._start
+
+        def start(*args, **kwargs):  # the pre-started engine allocates nothing on the device
+            starts.append(kwargs.get("released", False))
+            return real_start(*args, **kwargs)
+
+        world.lot._start = start
         try:
             assert world.prestart_parked() == 1
             await _until(lambda: ("t1",) in world.lot.parked)
             (pre,) = [p for k, p in rec.records if k == "park"]
             assert pre["worker"] == "parked-t1" and pre["gpus"] == ["t1"]
             pid0 = await _pid(world.lot.parked[("t1",)])
+            assert starts == [True]
             world.execute(cmd.InitWorker("w7", ("t1",), Role.COLOCATED, "borrow-1"))
             await _until(lambda: rec.events)
             assert rec.events == [ev.WorkerReady(rec.events[0].time_s, "w7")]

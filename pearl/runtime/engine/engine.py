@@ -35,6 +35,8 @@ class LLMEngine:
     Weights come from `checkpoint_dir` (HF safetensors; its config.json wins over
     `model_config`) or a random init seeded by `seed`. `max_model_len` (prompt + new
     tokens) defaults to min(max_position_embeddings, num_kv_blocks * block_size).
+    `start_released`: build the weights on the CPU and allocate nothing on the device
+    until `restore()` (a worker pre-started on a device someone else is using).
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class LLMEngine:
         max_model_len: int | None = None,
         dtype: torch.dtype | None = None,
         weight_version: int = 0,
+        start_released: bool = False,
     ) -> None:
         state_dict = None
         if checkpoint_dir is not None:
@@ -82,9 +85,12 @@ class LLMEngine:
             num_kv_blocks=num_kv_blocks,
             block_size=block_size,
         )
-        self.runner.build(state_dict, seed)
         self._seqs: dict[str, Sequence] = {}  # unfinished + finished prefill_only (KV kept)
         self._offloaded: dict[str, torch.Tensor] | None = None
+        if start_released:  # weights wait on the CPU; restore() puts them on the device
+            self._offloaded = self.runner.host_weights(state_dict, seed)
+        else:
+            self.runner.build(state_dict, seed)
         self._num_generate_calls = 0
         self.last_batch: ScheduledBatch | None = None  # what the latest step() fed (telemetry)
 

@@ -42,6 +42,19 @@ class ModelRunner:
         self.use_decode_rows = device.type == "cpu"
 
     # -- device state -------------------------------------------------------------------
+    def host_weights(
+        self, state_dict: dict[str, torch.Tensor] | None, seed: int
+    ) -> dict[str, torch.Tensor]:
+        """The weights `build` would install, as CPU tensors in the model's dtype, without
+        touching the device (the seeded init draws on the CPU either way: same values)."""
+        model = Qwen3ForCausalLM(self.cfg)
+        if state_dict is None:
+            model.init_weights(seed)
+        else:
+            model.load_state_dict(state_dict, strict=True)
+        model = model.to(self.dtype)
+        return {k: v.detach() for k, v in model.state_dict().items()}
+
     def build(self, state_dict: dict[str, torch.Tensor] | None, seed: int) -> None:
         """Create the model on the device (from state_dict, else seeded random) and the KV."""
         with torch.device(self.device):

@@ -88,6 +88,30 @@ def test_release_and_restore(engine) -> None:
     assert engine.generate([[9, 8, 7]], GREEDY)[0].output_token_ids == before
 
 
+def test_start_released_builds_nothing_until_restore(tiny_cfg) -> None:
+    """An engine started released holds its weights on the CPU only (no model, no KV);
+    loading a snapshot works while released; restore() gives the same engine as one built
+    normally, for the seeded init and for loaded weights alike."""
+    built, parked = LLMEngine(tiny_cfg, seed=5), LLMEngine(tiny_cfg, seed=5, start_released=True)
+    assert parked.is_released and parked.runner.model is None and parked.runner.kv is None
+    with pytest.raises(EngineReleased):
+        parked.add_request("x", [1], GREEDY)
+    parked.restore()
+    for k, v in built.state_dict().items():
+        assert torch.equal(parked.state_dict()[k], v), k
+    prompt = [[4, 2, 9, 1]]
+    assert (
+        parked.generate(prompt, GREEDY)[0].output_token_ids
+        == built.generate(prompt, GREEDY)[0].output_token_ids
+    )
+    other = LLMEngine(tiny_cfg, seed=6).state_dict()
+    late = LLMEngine(tiny_cfg, seed=5, start_released=True)
+    late.load_weights(other, version=3)
+    late.restore()
+    assert late.weight_version == 3
+    assert all(torch.equal(late.state_dict()[k], v) for k, v in other.items())
+
+
 def test_load_weights_by_version(engine, tiny_cfg) -> None:
     """load_weights switches outputs and version; state_dict round-trips."""
     original = engine.state_dict()
