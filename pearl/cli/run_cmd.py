@@ -132,7 +132,11 @@ def register(app: typer.Typer) -> None:
             print_json(doc)
             return
         for key, value in doc.items():
-            if key not in ("out_dir", "report") and isinstance(value, str | int | float | bool):
+            if key in ("out_dir", "report"):
+                continue
+            if isinstance(value, dict):  # e.g. counters, learned switch costs: one line each
+                value = ", ".join(f"{k}={v}" for k, v in value.items())
+            if isinstance(value, str | int | float | bool):
                 console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
         console.print(
             f"run directory: {doc['out_dir']}\nreport: {doc['report']}",

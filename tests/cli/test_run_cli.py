@@ -42,7 +42,7 @@ def calls(monkeypatch):
                 )  # fmt: skip
         if not FINISH["on"]:  # the report's plots cost seconds: one test draws them
             rec.close()
-            return {"steps": cfg.trainer.num_steps}
+            return {"steps": cfg.trainer.num_steps, "switch_costs_s": {"activation": 0.25}}
         report = rec.finish({"steps": cfg.trainer.num_steps})
         return {"steps": cfg.trainer.num_steps, "report": str(report)}
 
@@ -113,6 +113,13 @@ def test_runs_with_overrides_and_prints_one_json_document(tmp_path, calls, monke
     assert call["out_dir"] == out and call["resume"] is False and call["live"] is False
     assert doc["out_dir"] == str(out) and Path(doc["report"]) == out / "report.md"
     assert (out / "report.md").is_file() and doc["steps"] == 3
+
+
+def test_plain_summary_prints_dict_fields_on_one_line(tmp_path, calls):
+    res = runner.invoke(app, ["run", str(_config(tmp_path)), "--out", str(tmp_path / "r"),
+                              "--no-live"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "steps: 2" in res.output and "switch_costs_s: activation=0.25" in res.output
 
 
 def test_resume_continues_in_the_run_directory_with_its_config(tmp_path, calls):
