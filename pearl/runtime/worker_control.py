@@ -35,7 +35,16 @@ class WorkerControl:
     _parked: bool
     _syncing: int | None
 
-    def _finish(self, live: Any, tokens: Any, logprobs: Any, reason: str | None, **kw: Any) -> None:
+    def _finish(
+        self,
+        live: Any,
+        tokens: tuple[int, ...],
+        logprobs: tuple[float, ...],
+        reason: str | None,
+        *,
+        cached: int = 0,
+        error: str | None = None,
+    ) -> None:
         raise NotImplementedError
 
     async def set_role(self, role: Role | str) -> float:
