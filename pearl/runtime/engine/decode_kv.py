@@ -176,8 +176,8 @@ class DecodeRows:
         if width:
             index = torch.tensor(old, dtype=torch.long, device=self.device)
             n = len(old)
-            for rows in (self.k, self.v):
-                rows[:, :, :n, :width] = rows[:, :, :, :width].index_select(2, index)
+            for store in (self.k, self.v):
+                store[:, :, :n, :width] = store[:, :, :, :width].index_select(2, index)
         self._seq_in_row = [None] * self.num_slots
         self._filled = [0] * self.num_slots
         new_rows = [0] * len(seqs)
