@@ -340,7 +340,9 @@ def register_transport(cls: type) -> type:
 
 
 def get_transport(name: str) -> Transport:
-    """A transport by name (`object_store`, `in_process`)."""
+    """A transport by name (`object_store`, `in_process`, `shared_memory`)."""
+    if name == "shared_memory" and name not in _TRANSPORTS:
+        import pearl.runtime.shm_transport  # noqa: F401 - registers itself
     try:
         return _TRANSPORTS[name]()
     except KeyError:

@@ -8,7 +8,7 @@ follow a few-minute trace.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -97,6 +97,12 @@ class ClusterSection(_M):
         description="Keep rollout workers on borrowed training slots alive between borrows "
         "(parked, device state released; pre-started at run start) and activate them, "
         "instead of starting and killing a worker process per borrow.",
+    )
+    kv_transport: Literal["object_store", "shared_memory"] = Field(
+        "object_store",
+        description="How KV moves from prefill to decode workers: Ray's object store (any "
+        "nodes), or shared memory (prefill and decode workers on one node only; no "
+        "per-transfer object-store cost).",
     )
 
 

@@ -40,6 +40,7 @@ mixin (`pearl.runtime.worker_loop`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from typing import Any
@@ -169,14 +170,27 @@ class RolloutWorker(WorkerLoop, WorkerControl):
         role = Role.PREFILL if prefill_only else (Role.DECODE if prefill else Role.COLOCATED)
         live = _Live(request, role, t_queued, prefill=prefill)
         live.done = asyncio.get_running_loop().create_future()
-        rid = request.request_id
         payload = None
         if prefill is not None:
             try:  # pull the KV outside the lock: the engine keeps stepping meanwhile
                 payload = await asyncio.to_thread(self.transport.receive, prefill.handle)
             except KVLostError as err:
                 return self._error(request, str(err), KV_LOST)
-            self.transport.release(prefill.handle)
+        try:
+            return await self._admit_locked(request, prefill, prefill_only, live, payload)
+        finally:  # the KV is copied into the engine (or refused): the sender may reuse it
+            if prefill is not None and payload is not None:
+                self.transport.release(prefill.handle)
+
+    async def _admit_locked(
+        self,
+        request: TurnRequest,
+        prefill: PrefillResult | None,
+        prefill_only: bool,
+        live: _Live,
+        payload: Any,
+    ) -> _Live | TurnResult:
+        rid = request.request_id
         async with self._lock:
             refuse = self._refusal(request, prefill, prefill_only)  # may have changed meanwhile
             if refuse or rid in self._live:
@@ -185,6 +199,14 @@ class RolloutWorker(WorkerLoop, WorkerControl):
                 if payload is not None:
                     self.engine.import_kv(rid, payload, request.sampling)
                     live.t_kv_end_s = time.time()
+                    check = getattr(self.transport, "check", None)
+                    if check is not None and prefill is not None:
+                        try:  # a reused shared-memory segment: what was read is not this KV
+                            check(prefill.handle)
+                        except KVLostError as err:
+                            with contextlib.suppress(RequestRejected):  # done at import
+                                self.engine.abort(rid)
+                            return self._error(request, str(err), KV_LOST)
                 else:
                     self.engine.add_request(
                         rid,

@@ -166,7 +166,14 @@ class WorkerCommands:
         from pearl.runtime.worker import start_worker
 
         spec = replace(self.engine_spec, start_released=True) if released else self.engine_spec
-        return start_worker(worker_id, role, slots, spec, use_cuda=self.cfg.cluster.use_cuda)
+        return start_worker(
+            worker_id,
+            role,
+            slots,
+            spec,
+            use_cuda=self.cfg.cluster.use_cuda,
+            transport=self.cfg.cluster.kv_transport,
+        )
 
     async def _device_free(self, slots: tuple[str, ...]) -> None:
         """On CUDA devices, wait until the trainer has moved its state off `slots` (its

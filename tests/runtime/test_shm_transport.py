@@ -1,0 +1,137 @@
+"""The same-node shared-memory KV transport: round trips, segment reuse, stale reclaim,
+and refusals (another node, a sender gone, a full pool)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from pearl.runtime.kv_transfer import KVLostError, get_transport
+from pearl.runtime.shm_transport import SharedMemoryTransport
+
+
+@dataclass(frozen=True, eq=False)
+class _Payload:
+    request_id: str
+    token_ids: tuple[int, ...]
+    k: torch.Tensor
+    v: torch.Tensor
+    extra: dict
+
+
+def _payload(num_tokens: int = 5, dtype: torch.dtype = torch.bfloat16, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(2, num_tokens, 2, 4, generator=g).to(dtype)
+    v = torch.randn(2, num_tokens, 2, 4, generator=g).to(dtype)
+    return _Payload("r0", tuple(range(num_tokens)), k, v, {"ids": [torch.arange(3)]})
+
+
+@pytest.fixture
+def pair():
+    sender, receiver = SharedMemoryTransport(), SharedMemoryTransport()
+    yield sender, receiver
+    receiver.close()
+    sender.close()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int64])
+def test_round_trip_is_exact_and_the_handle_is_small(pair, dtype) -> None:
+    sender, receiver = pair
+    p = _payload(7, dtype if dtype != torch.int64 else torch.float32)
+    if dtype == torch.int64:
+        p = dataclasses.replace(p, k=torch.arange(112).view(2, 7, 2, 4))
+    handle = pickle.loads(pickle.dumps(sender.send(p, request_id="r0", num_tokens=7)))
+    assert len(pickle.dumps(handle)) < 2048
+    assert handle.num_bytes == p.k.nbytes + p.v.nbytes + 24
+    got = receiver.receive(handle)
+    assert got.token_ids == p.token_ids and got.k.dtype == p.k.dtype
+    assert torch.equal(got.k, p.k) and torch.equal(got.v, p.v)
+    assert torch.equal(got.extra["ids"][0], p.extra["ids"][0])
+    receiver.check(handle)  # not reused while read
+    receiver.release(handle)
+
+
+def test_released_segments_are_reused(pair) -> None:
+    sender, receiver = pair
+    for i in range(5):
+        h = sender.send(_payload(9, seed=i))
+        assert torch.equal(receiver.receive(h).k, _payload(9, seed=i).k)
+        receiver.release(h)
+    assert len(sender._segments) == 1
+    h1, h2 = sender.send(_payload(9)), sender.send(_payload(9, seed=1))  # both in flight
+    assert len(sender._segments) == 2 and h1.ref.segment != h2.ref.segment
+
+
+def test_a_stale_payload_is_reclaimed_and_its_late_receive_fails(pair) -> None:
+    sender, receiver = pair
+    sender.max_pool_bytes, sender.stale_after_s = 1 << 20, 0.0  # room for one segment
+    old = sender.send(_payload(9))
+    new = sender.send(_payload(9, seed=1))  # the pool is full: the unreleased one goes
+    assert new.ref.segment == old.ref.segment and new.ref.generation > old.ref.generation
+    with pytest.raises(KVLostError, match="reclaimed"):
+        receiver.receive(old)
+    assert torch.equal(receiver.receive(new).k, _payload(9, seed=1).k)
+    receiver.release(old)  # a late release of the old generation frees nothing
+    assert sender._segments[0].in_use
+
+
+def test_a_full_pool_refuses_rather_than_overwriting(pair) -> None:
+    sender, _ = pair
+    sender.max_pool_bytes, sender.stale_after_s = 1 << 20, 3600.0
+    sender.send(_payload(9))
+    with pytest.raises(KVLostError, match="pool full"):
+        sender.send(_payload(9))
+
+
+def test_other_node_and_gone_sender_are_lost_kv(pair) -> None:
+    sender, receiver = pair
+    h = sender.send(_payload(3))
+    elsewhere = dataclasses.replace(h, ref=dataclasses.replace(h.ref, node_id="other-node"))
+    with pytest.raises(KVLostError, match="one node"):
+        receiver.receive(elsewhere)
+    sender.close()  # the sender exits: its segments are unlinked
+    with pytest.raises(KVLostError, match="gone"):
+        receiver.receive(h)
+
+
+def test_registry_knows_it_and_rejects_foreign_handles(pair) -> None:
+    assert isinstance(get_transport("shared_memory"), SharedMemoryTransport)
+    sender, receiver = pair
+    other = get_transport("in_process")
+    with pytest.raises(ValueError, match="given to 'shared_memory'"):
+        receiver.receive(other.send(_payload(2)))
+
+
+def test_workers_disaggregate_through_shared_memory_like_colocated() -> None:
+    """Prefill and decode workers (each with its own transport, as two processes would
+    have) serve multi-turn trajectories through shared memory; tokens equal one colocated
+    engine, and the decode side releases every segment it imported (the pool is reused)."""
+    import asyncio
+
+    from pearl.runtime.worker import RolloutWorker
+
+    from ._worker_helpers import SPEC, _colocated_contexts, _multi_turn_disaggregated
+
+    pre = RolloutWorker("p", "prefill", SPEC, transport="shared_memory")
+    dec = RolloutWorker("d", "decode", SPEC, transport="shared_memory")
+    assert pre.transport is not dec.transport
+
+    async def prefill_call(w, req):
+        return await w.prefill(req)
+
+    async def decode_call(w, req, p):
+        return await w.generate(req, p)
+
+    try:
+        got = asyncio.run(_multi_turn_disaggregated(pre, dec, prefill_call, decode_call, 3, 3))
+        assert [ctx for ctx, _ in got] == _colocated_contexts(3, 3)
+        sender = pre.transport
+        assert sender._segments and not any(s.in_use for s in sender._segments)
+        assert len(sender._segments) <= 3  # reused across the 9 turns (3 in flight at most)
+    finally:
+        dec.transport.close()
+        pre.transport.close()
