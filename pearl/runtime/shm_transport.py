@@ -16,7 +16,9 @@ than `stale_after_s` and its generation bumped, so a receive that comes later fa
 `KVLostError` (the turn is re-prefilled) instead of reading another payload, and so does a
 receive that finds the generation changed after it read. Segments belong to the sending
 process: when it dies they are unlinked (Python's resource tracker) and receives fail the
-same way, as with the object store's owner semantics.
+same way, as with the object store's owner semantics. A process killed together with its
+resource tracker leaves its segments in /dev/shm: the next transport created on the node
+unlinks those whose creator is gone (`sweep_orphaned_segments`).
 
 Scope: one node. A receiver on another node gets `KVLostError` naming both nodes; use the
 object-store transport (`cluster.kv_transport: object_store`, the default) when prefill
@@ -49,6 +51,34 @@ _HEADER = 64  # bytes: generation (int64), in use (int64), then padding
 _ALIGN = 64
 _MIN_SEGMENT = 1 << 20
 _CREATED: set[str] = set()  # segments this process created (its resource tracker's)
+_PREFIX = "pearl-kv-"  # + creator pid + "-" + sequence number
+_SEQ = itertools.count()
+_SHM_DIR = "/dev/shm"
+
+
+def sweep_orphaned_segments() -> int:
+    """Unlink this transport's segments whose creating process is gone (a worker killed
+    with its resource tracker leaves them behind in /dev/shm); returns how many. Every new
+    transport runs it, so a node's leftovers go with the next worker started there."""
+    if not os.path.isdir("/proc"):  # no way to tell a live creator from a dead one
+        return 0
+    try:
+        names = os.listdir(_SHM_DIR)
+    except OSError:
+        return 0
+    swept = 0
+    for name in names:
+        if not name.startswith(_PREFIX):
+            continue
+        pid = name[len(_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        try:
+            os.unlink(os.path.join(_SHM_DIR, name))
+            swept += 1
+        except OSError:
+            pass
+    return swept
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +108,9 @@ class _Segment:
                 f"no room for a {size / 2**20:.0f} MiB KV segment in /dev/shm "
                 f"({room / 2**20:.0f} MiB free)"
             )
-        self.shm = shared_memory.SharedMemory(create=True, size=size)
+        self.shm = shared_memory.SharedMemory(
+            create=True, size=size, name=f"{_PREFIX}{os.getpid()}-{next(_SEQ)}"
+        )
         _CREATED.add(self.shm.name)
         self.size = size
         np.frombuffer(self.shm.buf, dtype=np.uint8)[:] = 0  # touch every page once, now
@@ -126,6 +158,7 @@ class SharedMemoryTransport:
         self._mapped: dict[str, shared_memory.SharedMemory] = {}
         self._generations = itertools.count(1)
         self._node = _node_id()
+        sweep_orphaned_segments()
         atexit.register(self.close)
 
     # -- sender ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ and refusals (another node, a sender gone, a full pool)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 from dataclasses import dataclass
 
@@ -135,3 +136,20 @@ def test_workers_disaggregate_through_shared_memory_like_colocated() -> None:
     finally:
         dec.transport.close()
         pre.transport.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm") or not os.path.isdir("/proc"), reason="Linux")
+def test_orphaned_segments_of_dead_processes_are_swept() -> None:
+    from pearl.runtime.shm_transport import sweep_orphaned_segments
+
+    dead, live = "/dev/shm/pearl-kv-999999999-0", f"/dev/shm/pearl-kv-{os.getpid()}-99999"
+    for path in (dead, live):
+        with open(path, "wb") as f:
+            f.write(b"x")
+    try:
+        assert sweep_orphaned_segments() >= 1
+        assert not os.path.exists(dead) and os.path.exists(live)
+    finally:
+        for path in (dead, live):
+            if os.path.exists(path):
+                os.unlink(path)
