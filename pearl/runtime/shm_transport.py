@@ -56,6 +56,14 @@ _SEQ = itertools.count()
 _SHM_DIR = "/dev/shm"
 
 
+def num_segments() -> int:
+    """This transport's segments on this machine (any process's), where that can be seen."""
+    try:
+        return sum(1 for name in os.listdir(_SHM_DIR) if name.startswith(_PREFIX))
+    except OSError:
+        return 0
+
+
 def sweep_orphaned_segments() -> int:
     """Unlink this transport's segments whose creating process is gone (a worker killed
     with its resource tracker leaves them behind in /dev/shm); returns how many. Every new

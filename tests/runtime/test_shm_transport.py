@@ -153,3 +153,40 @@ def test_orphaned_segments_of_dead_processes_are_swept() -> None:
         for path in (dead, live):
             if os.path.exists(path):
                 os.unlink(path)
+
+
+class _Side:
+    """One end of the transport in its own process (a Ray actor)."""
+
+    def __init__(self) -> None:
+        self.transport = SharedMemoryTransport()
+
+    def send(self, seed: int):
+        return self.transport.send(_payload(6, seed=seed), request_id=f"r{seed}", num_tokens=6)
+
+    def receive_and_release(self, handle) -> bool:
+        got = self.transport.receive(handle)
+        same = torch.equal(got.k, _payload(6, seed=int(handle.request_id[1:])).k)
+        self.transport.release(handle)
+        return same
+
+    def in_use(self) -> list[bool]:
+        return [s.in_use for s in self.transport._segments]
+
+
+@pytest.mark.ray
+def test_between_two_actor_processes_on_one_node() -> None:
+    """A segment written by one process is read by another and freed by its release."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, address="local", logging_level="ERROR")
+    try:
+        side = ray.remote(_Side)
+        sender, receiver = side.remote(), side.remote()
+        for seed in range(3):
+            handle = ray.get(sender.send.remote(seed))
+            assert ray.get(sender.in_use.remote()) == [True]
+            assert ray.get(receiver.receive_and_release.remote(handle))
+            assert ray.get(sender.in_use.remote()) == [False]  # freed by the other process
+    finally:
+        ray.shutdown()
