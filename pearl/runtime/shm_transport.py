@@ -20,8 +20,8 @@ same way, as with the object store's owner semantics. A process killed together 
 resource tracker leaves its segments in /dev/shm: the next transport created on the node
 unlinks those whose creator is gone (`sweep_orphaned_segments`).
 
-Scope: one node. A receiver on another node gets `KVLostError` naming both nodes; use the
-object-store transport (`cluster.kv_transport: object_store`, the default) when prefill
+Scope: one machine (Ray nodes started on one machine share its shared memory). A receiver
+on another machine gets `KVLostError` naming both; use the object-store transport (`cluster.kv_transport: object_store`, the default) when prefill
 and decode workers can be on different nodes. Linux (or any system with POSIX shared
 memory under Python's `multiprocessing.shared_memory`).
 """
@@ -140,19 +140,19 @@ def _shm_room() -> int | None:
 
 
 def _node_id() -> str:
+    """The machine (and boot) whose /dev/shm this process sees: Ray nodes started on one
+    machine (a local multi-node cluster) share it, other machines do not."""
     try:
-        import ray
-
-        if ray.is_initialized():
-            return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # noqa: BLE001 - outside Ray the host name identifies the node
-        pass
-    return os.uname().nodename
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{os.uname().nodename}:{boot}"
 
 
 @register_transport
 class SharedMemoryTransport:
-    """KV between processes on one node through reused shared-memory segments (see the
+    """KV between processes on one machine through reused shared-memory segments (see the
     module docstring). `max_pool_bytes` bounds the sender's segments; past it, the oldest
     payload not released within `stale_after_s` is reclaimed, else `send` raises
     `KVLostError` (the caller re-prefills or uses the object store)."""
@@ -266,9 +266,9 @@ class SharedMemoryTransport:
     def _map(self, handle: KVHandle, ref: _ShmRef) -> shared_memory.SharedMemory:
         if ref.node_id != self._node:
             raise KVLostError(
-                f"KV of request '{handle.request_id}' is in shared memory on node "
-                f"{ref.node_id}, not on this node ({self._node}): the shared-memory transport "
-                "is for one node; use the object store across nodes"
+                f"KV of request '{handle.request_id}' is in shared memory on machine "
+                f"{ref.node_id}, not on this one ({self._node}): the shared-memory transport "
+                "is for one machine; use the object store across machines"
             )
         shm = self._mapped.get(ref.segment) or self._own(ref.segment)
         if shm is None:

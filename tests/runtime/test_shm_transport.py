@@ -92,7 +92,7 @@ def test_other_node_and_gone_sender_are_lost_kv(pair) -> None:
     sender, receiver = pair
     h = sender.send(_payload(3))
     elsewhere = dataclasses.replace(h, ref=dataclasses.replace(h.ref, node_id="other-node"))
-    with pytest.raises(KVLostError, match="one node"):
+    with pytest.raises(KVLostError, match="one machine"):
         receiver.receive(elsewhere)
     sender.close()  # the sender exits: its segments are unlinked
     with pytest.raises(KVLostError, match="gone"):
