@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -28,21 +27,7 @@ from pearl.runtime.kv_transfer import (
     register_transport,
 )
 
-
-@dataclass(frozen=True, eq=False)
-class _Payload:
-    request_id: str
-    token_ids: tuple[int, ...]
-    k: torch.Tensor
-    v: torch.Tensor
-    extra: dict
-
-
-def _payload(num_tokens: int = 5, dtype: torch.dtype = torch.float32, seed: int = 0) -> _Payload:
-    g = torch.Generator().manual_seed(seed)
-    k = torch.randn(2, num_tokens, 2, 4, generator=g).to(dtype)
-    v = torch.randn(2, num_tokens, 2, 4, generator=g).to(dtype)
-    return _Payload("r0", tuple(range(num_tokens)), k, v, {"ids": [torch.arange(3)]})
+from ._kv_helpers import _Payload, _payload
 
 
 def _same(a: _Payload, b: _Payload) -> bool:

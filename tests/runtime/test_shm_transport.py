@@ -1,12 +1,11 @@
-"""The same-node shared-memory KV transport: round trips, segment reuse, stale reclaim,
-and refusals (another node, a sender gone, a full pool)."""
+"""The one-machine shared-memory KV transport: round trips, segment reuse, stale reclaim,
+and refusals (another machine, a sender gone, a full pool)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import pickle
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -14,21 +13,7 @@ import torch
 from pearl.runtime.kv_transfer import KVLostError, get_transport
 from pearl.runtime.shm_transport import SharedMemoryTransport
 
-
-@dataclass(frozen=True, eq=False)
-class _Payload:
-    request_id: str
-    token_ids: tuple[int, ...]
-    k: torch.Tensor
-    v: torch.Tensor
-    extra: dict
-
-
-def _payload(num_tokens: int = 5, dtype: torch.dtype = torch.bfloat16, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    k = torch.randn(2, num_tokens, 2, 4, generator=g).to(dtype)
-    v = torch.randn(2, num_tokens, 2, 4, generator=g).to(dtype)
-    return _Payload("r0", tuple(range(num_tokens)), k, v, {"ids": [torch.arange(3)]})
+from ._kv_helpers import _payload
 
 
 @pytest.fixture
