@@ -1,6 +1,6 @@
 """The runtime driver end to end on a local multi-node Ray cluster, with chaos.
 
-One short run (module fixture): a preemptible node joins and is reclaimed mid-run, worker
+One short run per variant (module fixture): a preemptible node joins and is reclaimed mid-run, worker
 starts fail at random, training devices are borrowed and returned. Checked afterwards:
 every trained batch has exactly B distinct trajectories, the staleness bound holds, no
 borrowed device was returned late, every interruption is followed by a resumption, and the
@@ -15,6 +15,7 @@ import pytest
 from pearl.runtime.run_config import RunConfig
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+NUM_STEPS = 6
 
 TRACE = {
     "format": "pearl-trace/1",
@@ -35,13 +36,15 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-@pytest.fixture(scope="module", params=["colocated", "disaggregated"])
+@pytest.fixture(scope="module", params=["colocated", "disaggregated", "disaggregated-shm"])
 def run_dir(request, tmp_path_factory):
     """One chaos run per PD mode family: the engine's free choice (colocated on a CPU) and
-    the disaggregated mode pinned (prefill -> KV transfer -> decode under the same chaos)."""
+    the disaggregated mode pinned (prefill -> KV transfer -> decode under the same chaos),
+    with KV through the object store and through shared memory."""
     from pearl.runtime.driver import run
 
-    disagg = request.param == "disaggregated"
+    disagg = request.param.startswith("disaggregated")
+    transport = "shared_memory" if request.param.endswith("shm") else "object_store"
     d = tmp_path_factory.mktemp("chaos")
     (d / "trace.json").write_text(json.dumps(TRACE))
     cfg = RunConfig.model_validate(
@@ -54,13 +57,16 @@ def run_dir(request, tmp_path_factory):
                 "max_context_tokens": 96,
                 "max_staleness": 1,
             },
-            "trainer": {"num_steps": 4, "lr": 0.01},
+            "trainer": {"num_steps": NUM_STEPS, "lr": 0.01},
             "cluster": {
                 "num_dedicated": 2 if disagg else 1,
                 "num_training": 1,
                 "worker_init_failure_rate": 0.25,
+                "kv_transport": transport,
             },
-            "trace": {"source": str(d / "trace.json"), "cap": 2},
+            # 1.5 trace seconds per wall second: the reclaim (8 s) comes mid-run even
+            # when a quiet machine runs the 6 steps in under 10 s
+            "trace": {"source": str(d / "trace.json"), "cap": 2, "time_scale": 1.5},
             "controller": {"modes": ["disaggregated"] if disagg else None},
         }
     )
@@ -85,7 +91,7 @@ def test_the_pinned_mode_is_kept_and_kv_moves(run_dir):
 def test_every_batch_has_exactly_b_distinct_trajectories(run_dir):
     out, summary = run_dir
     steps = {r["step"]: r for r in _lines(out / "steps.jsonl")}
-    assert sorted(steps) == [0, 1, 2, 3] and summary["steps"] == 4
+    assert sorted(steps) == list(range(NUM_STEPS)) and summary["steps"] == NUM_STEPS
     for step, row in steps.items():
         ids = row["trajectory_ids"]
         assert len(ids) == 8 and len(set(ids)) == 8
@@ -100,8 +106,9 @@ def test_staleness_bound_and_training_deadlines_hold(run_dir):
     assert summary["late_returns"] == 0
     returns = [e for e in _lines(out / "events.jsonl") if e["kind"] == "return"]
     assert all(e["on_time"] for e in returns)
-    if returns:  # each return's restore was timed and fed to the gates
-        assert summary["switch_costs_measured"]["deactivation"] >= 1
+    # each return's restore was timed and fed to the gates (the run's last return may
+    # end after the run does)
+    assert summary["switch_costs_measured"]["deactivation"] >= len(returns) - 1
 
 
 def test_interruptions_are_resumed_and_recorded(run_dir):
@@ -110,7 +117,7 @@ def test_interruptions_are_resumed_and_recorded(run_dir):
     interrupted = {e["traj_id"] for e in events if e["kind"] == "interrupt"}
     resumed = {e["traj_id"] for e in events if e["kind"] == "resume"}
     assert interrupted <= resumed
-    # the trace reclaims a node 8 s into the run (the run lasts longer than that)
+    # the trace reclaims a node 8 trace seconds (5.3 s) into the run, which lasts longer
     assert any(e["kind"] == "preemption" for e in events)
 
 
