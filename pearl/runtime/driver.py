@@ -11,7 +11,6 @@ trains), records everything in the run directory and checkpoints after every ste
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import time
@@ -20,13 +19,9 @@ from typing import Any
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
-from pearl.control.controller import Controller
-from pearl.control.decision import EngineConfig
-from pearl.control.gates import SwitchCosts, SwitchCostTracker
 from pearl.control.plan import config_of
-from pearl.control.policies import get_policy
 from pearl.control.state import ClusterState, Gpu, Status, Zone
-from pearl.runtime.device_prior import slot_prior
+from pearl.runtime.control_setup import build_controller, run_policy
 from pearl.runtime.lending import Lending
 from pearl.runtime.pipeline import TrainingPipeline
 from pearl.runtime.run_config import RunConfig, dump_run_config
@@ -209,43 +204,11 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
             self.world.restored_done = {
                 d["traj_id"]: RuntimeTrajectory.from_json(d) for d in ckpt["done_trajectories"]
             }
-        policy = dataclasses.replace(
-            get_policy(cfg.controller.policy), max_staleness=cfg.rollout.max_staleness
-        )
-        if cfg.controller.modes is not None:
-            policy = dataclasses.replace(policy, modes=tuple(cfg.controller.modes))
-        if cfg.controller.sticky_max_imbalance is not None:
-            policy = dataclasses.replace(
-                policy, sticky_max_imbalance=cfg.controller.sticky_max_imbalance
-            )
+        policy = run_policy(cfg)
         if policy.borrow != "never":  # overlap workers exist from the start, parked (§5)
             self.world.prestart_parked()
-        dedicated = tuple(
-            Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated)
-        )
-        costs = self.switch_costs = SwitchCostTracker(
-            defaults=SwitchCosts(**cfg.controller.switch_costs)
-        )
-        advisor = policy.make_advisor(
-            hardware=slot_prior(cfg, model_cfg),
-            batch_size=cfg.rollout.batch_size,
-            gpus_per_worker=cfg.cluster.gpus_per_worker,
-            costs=costs,
-            engine_config=EngineConfig(
-                mode_switch_threshold=cfg.controller.mode_switch_threshold,
-                ratio_switch_threshold=cfg.controller.ratio_switch_threshold,
-                num_gpus_per_worker=cfg.cluster.gpus_per_worker,
-            ),
-        )
-        self.controller = Controller(
-            policy,
-            advisor=advisor,
-            state=ClusterState(gpus=dedicated),
-            batch_size=cfg.rollout.batch_size,
-            group_size=cfg.rollout.group_size,
-            gpus_per_worker=cfg.cluster.gpus_per_worker,
-            training_gpus=self.training_gpus,
-            initial_version=self.version,
+        self.controller, self.switch_costs = build_controller(
+            cfg, policy, model_cfg, self.training_gpus, self.version
         )
         self.player = [a for a in self.all_trace_actions if a.at_s >= self.time_offset_s]
         pump = asyncio.get_running_loop().create_task(self.world.pump_env())
