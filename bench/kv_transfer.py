@@ -180,16 +180,19 @@ PREALLOCATE = "RAY_preallocate_plasma_memory"
 
 
 def run_placement(
-    two_nodes: bool, repeats: int, steady: bool
+    two_nodes: bool, repeats: int, steady: bool, transport: str = "object_store"
 ) -> tuple[dict[int, dict[str, float]], list[str]]:
     """All sizes on a new local cluster (one node or two). `steady`: the stores preallocate
     their memory (set in the environment the raylets inherit, then restored) and both actors
     map the store's pages before any timing. Returns the figures per size and notes on the
-    page mapping."""
+    page mapping. With a pooled transport (`shared_memory`) each size's first send, which
+    creates its pool segment (touching every page once), is timed apart as `first_send`
+    and the pipelined runs grow the pool before timing: the timed transfers reuse it."""
     import ray
 
     from pearl.runtime.topology import LocalCluster, worker_options
 
+    pooled = transport != "object_store"
     store = 1536 * 1024**2
     before = os.environ.pop(PREALLOCATE, None)
     if steady:
@@ -204,8 +207,9 @@ def run_placement(
             os.environ[PREALLOCATE] = before
     cluster.connect()
     try:
-        s = ray.remote(Sender).options(**worker_options(("a",))).remote()
-        r = ray.remote(Receiver).options(**worker_options(("c",) if two_nodes else ("b",))).remote()
+        s = ray.remote(Sender).options(**worker_options(("a",))).remote(transport)
+        r = ray.remote(Receiver).options(**worker_options(("c",) if two_nodes else ("b",)))
+        r = r.remote(transport)
         out, notes = {}, []
         if steady:
             ray.get([s.prepare.remote(1), r.prepare.remote(1)])
@@ -214,38 +218,18 @@ def run_placement(
                 pages, secs = ray.get(actor.map_store.remote())
                 notes.append(f"{name}: {pages * mmap.PAGESIZE / 1024**3:.1f} GiB in {secs:.1f} s")
         for n in TOKENS:
+            first = None
+            if pooled:
+                ray.get([s.prepare.remote(n), r.prepare.remote(n)])
+                t0 = time.perf_counter()
+                handle, _, _ = ray.get(s.send_timed.remote(n))
+                first = time.perf_counter() - t0
+                ray.get(r.receive.remote(handle))
             out[n] = transfer_s(s, r, n, repeats)
-            out[n]["pipelined"] = pipelined_s(s, r, n, repeats)
+            out[n]["pipelined"] = pipelined_s(s, r, n, repeats, warm_up=pooled)
+            if first is not None:
+                out[n]["first_send"] = first
         return out, notes
-    finally:
-        cluster.shutdown()
-
-
-def run_shared_memory(repeats: int) -> dict[int, dict[str, float]]:
-    """The same measurements with the shared-memory transport, both actors on one node.
-    `first_send`: the first send of each size, which creates its pool segment (touching
-    every page once); the timed transfers reuse the pool."""
-    import ray
-
-    from pearl.runtime.topology import LocalCluster, worker_options
-
-    cluster = LocalCluster(head_cpus=2, head_gpu_ids=("a", "b"))
-    cluster.connect()
-    try:
-        opts = {"transport": "shared_memory"}
-        s = ray.remote(Sender).options(**worker_options(("a",))).remote(**opts)
-        r = ray.remote(Receiver).options(**worker_options(("b",))).remote(**opts)
-        out = {}
-        for n in TOKENS:
-            ray.get([s.prepare.remote(n), r.prepare.remote(n)])
-            t0 = time.perf_counter()
-            handle, _, _ = ray.get(s.send_timed.remote(n))
-            first = time.perf_counter() - t0
-            ray.get(r.receive.remote(handle))
-            out[n] = transfer_s(s, r, n, repeats)
-            out[n]["pipelined"] = pipelined_s(s, r, n, repeats, warm_up=True)
-            out[n]["first_send"] = first
-        return out
     finally:
         cluster.shutdown()
 
@@ -330,7 +314,9 @@ def main(argv: list[str] | None = None) -> None:
         tables[label], verdicts[label] = table_rows(same, cross)
         notes += [f"one node, {x}" for x in one_notes] + [f"two nodes, {x}" for x in two_notes]
         print(f"{label} store\n{HEADER}\n" + "\n".join(tables[label]), flush=True)
-    shm_table, shm_verdicts = shm_rows(run_shared_memory(args.repeats))
+    shm_table, shm_verdicts = shm_rows(
+        run_placement(False, args.repeats, False, "shared_memory")[0]
+    )
     print(f"shared memory\n{SHM_HEADER}\n" + "\n".join(shm_table), flush=True)
     body = f"""## KV transfer between two actors: object store, shared memory
 
