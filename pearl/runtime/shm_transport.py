@@ -28,10 +28,10 @@ memory under Python's `multiprocessing.shared_memory`).
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import os
 import time
+import weakref
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
@@ -64,10 +64,21 @@ def num_segments() -> int:
         return 0
 
 
-def sweep_orphaned_segments() -> int:
+def sweep_orphaned_segments(wait_s: float = 0.0) -> int:
     """Unlink this transport's segments whose creating process is gone (a worker killed
     with its resource tracker leaves them behind in /dev/shm); returns how many. Every new
-    transport runs it, so a node's leftovers go with the next worker started there."""
+    transport runs it, so a node's leftovers go with the next worker started there.
+    `wait_s`: keep sweeping that long while segments remain (processes just killed take a
+    moment to be gone)."""
+    swept = _sweep()
+    deadline = time.monotonic() + wait_s
+    while num_segments() and time.monotonic() < deadline:
+        time.sleep(0.1)
+        swept += _sweep()
+    return swept
+
+
+def _sweep() -> int:
     if not os.path.isdir("/proc"):  # no way to tell a live creator from a dead one
         return 0
     try:
@@ -167,7 +178,8 @@ class SharedMemoryTransport:
         self._generations = itertools.count(1)
         self._node = _node_id()
         sweep_orphaned_segments()
-        atexit.register(self.close)
+        # at exit or when dropped (a finaliser, unlike atexit, keeps no transport alive)
+        weakref.finalize(self, _close, self._mapped, self._segments)
 
     # -- sender ---------------------------------------------------------------------------
     def send(self, payload: Any, *, request_id: str = "", num_tokens: int = 0) -> KVHandle:
@@ -295,14 +307,18 @@ class SharedMemoryTransport:
 
     def close(self) -> None:
         """Unmap everything; unlink the segments this process created."""
-        for shm in self._mapped.values():
-            _quietly(shm.close)
-        self._mapped.clear()
-        for seg in self._segments:
-            del seg.header
-            _quietly(seg.shm.close)
-            _quietly(seg.shm.unlink)
-        self._segments.clear()
+        _close(self._mapped, self._segments)
+
+
+def _close(mapped: dict[str, shared_memory.SharedMemory], segments: list[_Segment]) -> None:
+    for shm in mapped.values():
+        _quietly(shm.close)
+    mapped.clear()
+    for seg in segments:
+        del seg.header
+        _quietly(seg.shm.close)
+        _quietly(seg.shm.unlink)
+    segments.clear()
 
 
 def _aligned(n: int) -> int:

@@ -368,15 +368,10 @@ class LocalCluster:
             ray.shutdown()
         self._cluster.shutdown()
         shutil.rmtree(self._tmp, ignore_errors=True)
-        # workers killed with the cluster leave shared-memory KV segments behind; give the
-        # killed processes a moment to be gone
-        from pearl.runtime.shm_transport import num_segments, sweep_orphaned_segments
+        # workers killed with the cluster leave shared-memory KV segments behind
+        from pearl.runtime.shm_transport import sweep_orphaned_segments
 
-        for _ in range(20):
-            sweep_orphaned_segments()
-            if not num_segments():
-                break
-            time.sleep(0.1)
+        sweep_orphaned_segments(wait_s=2.0)
 
 
 def _ensure_default_ray_dir() -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pearl.runtime.kv_transfer import KVLostError, get_transport
-from pearl.runtime.shm_transport import SharedMemoryTransport
+from pearl.runtime.shm_transport import SharedMemoryTransport, sweep_orphaned_segments
 
 from ._kv_helpers import _payload
 
@@ -125,8 +125,6 @@ def test_workers_disaggregate_through_shared_memory_like_colocated() -> None:
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm") or not os.path.isdir("/proc"), reason="Linux")
 def test_orphaned_segments_of_dead_processes_are_swept() -> None:
-    from pearl.runtime.shm_transport import sweep_orphaned_segments
-
     dead, live = "/dev/shm/pearl-kv-999999999-0", f"/dev/shm/pearl-kv-{os.getpid()}-99999"
     for path in (dead, live):
         with open(path, "wb") as f:
@@ -175,3 +173,4 @@ def test_between_two_actor_processes_on_one_node() -> None:
             assert ray.get(sender.in_use.remote()) == [False]  # freed by the other process
     finally:
         ray.shutdown()
+        sweep_orphaned_segments(wait_s=2.0)  # the killed sender's segment
