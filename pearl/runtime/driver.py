@@ -31,6 +31,7 @@ from pearl.runtime.trainer.trainer import TrainerConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
 
 log = logging.getLogger(__name__)
+SHUTDOWN_GRACE_S = 5.0  # how long cancelled tasks get to clean up before Ray stops
 
 
 def run(
@@ -344,6 +345,14 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
     async def _shutdown(self) -> None:
         import ray
 
+        # Cancel this run's other tasks and let their clean-up finish while Ray is still
+        # up: a Ray call after ray.shutdown() would quietly start (or join) another Ray,
+        # and the next run in this process would then fail to connect.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in others:
+            t.cancel()
+        if others:
+            await asyncio.wait(others, timeout=SHUTDOWN_GRACE_S)
         world = getattr(self, "world", None)
         if world is not None:
             await world.shutdown()

@@ -184,8 +184,8 @@ def _walk(obj: Any, leaf: type, convert: Callable[[Any], Any]) -> Any:
                 changes[name] = new
         return _rebuild(obj, changes) if changes else obj
     if isinstance(obj, dict):
-        items = {k: _walk(v, leaf, convert) for k, v in obj.items()}
-        return items if any(items[k] is not v for k, v in obj.items()) else obj
+        walked = {k: _walk(v, leaf, convert) for k, v in obj.items()}
+        return walked if any(walked[k] is not v for k, v in obj.items()) else obj
     if isinstance(obj, (list, tuple)) and not _is_namedtuple(obj):
         if _all_scalars(obj):
             return obj

@@ -137,8 +137,16 @@ class ParkingLot:
         self._pending(slots, held)
         self.warming[slots] = task
         task.add_done_callback(lambda t: self.warming.pop(slots, None))
-        task.add_done_callback(lambda t: held.done() or held.set_result(False))
+
+        def release_held(_: asyncio.Task) -> None:  # a pre-start that never parked
+            if not held.done():
+                held.set_result(False)
+
+        task.add_done_callback(release_held)
         return task
+
+    def _is_parked(self, slots: Slots, handle: Any) -> bool:
+        return self.parked.get(slots) is handle
 
     async def _prestart(self, slots: Slots, held: asyncio.Future) -> bool:
         worker_id = "parked-" + "-".join(slots)
@@ -154,7 +162,7 @@ class ParkingLot:
             return False
         parked = await self._park(worker_id, handle, slots, "pre-started overlap worker")
         held.set_result(parked)  # the device is free (or the actor killed)
-        if not parked or self.parked.get(slots) is not handle:
+        if not parked or not self._is_parked(slots, handle):
             return parked
         try:  # the first weight sync's one-time cost, paid now rather than at a borrow
             warm_ms = await asyncio.wait_for(_aget(handle.warm_up.remote()), PRESTART_TIMEOUT_S)

@@ -132,8 +132,8 @@ class _Segment:
         )
         _CREATED.add(self.shm.name)
         self.size = size
-        np.frombuffer(self.shm.buf, dtype=np.uint8)[:] = 0  # touch every page once, now
-        self.header = np.frombuffer(self.shm.buf, dtype=np.int64, count=2)
+        np.frombuffer(_buf(self.shm), dtype=np.uint8)[:] = 0  # touch every page once, now
+        self.header = np.frombuffer(_buf(self.shm), dtype=np.int64, count=2)
         self.sent_at = 0.0
 
     @property
@@ -184,7 +184,12 @@ class SharedMemoryTransport:
     # -- sender ---------------------------------------------------------------------------
     def send(self, payload: Any, *, request_id: str = "", num_tokens: int = 0) -> KVHandle:
         tensors: list[torch.Tensor] = []
-        _walk(payload, torch.Tensor, lambda t: tensors.append(t) or t)
+
+        def collect(t: torch.Tensor) -> torch.Tensor:
+            tensors.append(t)
+            return t
+
+        _walk(payload, torch.Tensor, collect)
         need = _HEADER + sum(_aligned(t.numel() * t.element_size()) for t in tensors)
         seg = self._acquire(need)
         generation = next(self._generations)
@@ -197,7 +202,9 @@ class SharedMemoryTransport:
                 src = src.cpu()
             nbytes = src.numel() * src.element_size()
             if nbytes:
-                dst = torch.frombuffer(seg.shm.buf, dtype=torch.uint8, count=nbytes, offset=offset)
+                dst = torch.frombuffer(
+                    _buf(seg.shm), dtype=torch.uint8, count=nbytes, offset=offset
+                )
                 dst.copy_(src.reshape(-1).view(torch.uint8))
             placed = _ShmTensor(offset, tuple(src.shape), str(src.dtype).removeprefix("torch."))
             offset += _aligned(nbytes)
@@ -234,7 +241,7 @@ class SharedMemoryTransport:
     def receive(self, handle: KVHandle) -> Any:
         ref = self._ref(handle)
         shm = self._map(handle, ref)
-        header = np.frombuffer(shm.buf, dtype=np.int64, count=2)
+        header = np.frombuffer(_buf(shm), dtype=np.int64, count=2)
         if int(header[0]) != ref.generation or not header[1]:
             raise KVLostError(f"KV of request '{handle.request_id}' was reclaimed by its sender")
 
@@ -243,7 +250,7 @@ class SharedMemoryTransport:
             count = int(np.prod(t.shape, dtype=np.int64))
             if count == 0:
                 return torch.empty(t.shape, dtype=dtype)
-            return torch.frombuffer(shm.buf, dtype=dtype, count=count, offset=t.offset).view(
+            return torch.frombuffer(_buf(shm), dtype=dtype, count=count, offset=t.offset).view(
                 t.shape
             )
 
@@ -254,7 +261,10 @@ class SharedMemoryTransport:
         copying the tensors out: their contents are then not this payload's)."""
         ref = self._ref(handle)
         shm = self._mapped.get(ref.segment)
-        if shm is None or int(np.frombuffer(shm.buf, dtype=np.int64, count=1)[0]) != ref.generation:
+        if (
+            shm is None
+            or int(np.frombuffer(_buf(shm), dtype=np.int64, count=1)[0]) != ref.generation
+        ):
             raise KVLostError(f"KV of request '{handle.request_id}' changed while read")
 
     def release(self, handle: KVHandle) -> None:
@@ -263,7 +273,7 @@ class SharedMemoryTransport:
         shm = self._mapped.get(ref.segment) or self._own(ref.segment)
         if shm is None:
             return
-        header = np.frombuffer(shm.buf, dtype=np.int64, count=2)
+        header = np.frombuffer(_buf(shm), dtype=np.int64, count=2)
         if int(header[0]) == ref.generation:
             header[1] = 0
 
@@ -319,6 +329,14 @@ def _close(mapped: dict[str, shared_memory.SharedMemory], segments: list[_Segmen
         _quietly(seg.shm.close)
         _quietly(seg.shm.unlink)
     segments.clear()
+
+
+def _buf(shm: shared_memory.SharedMemory) -> memoryview:
+    """The segment's mapping (None only once closed, which a live transport never reads)."""
+    buf = shm.buf
+    if buf is None:
+        raise KVLostError(f"shared-memory segment {shm.name} is closed")
+    return buf
 
 
 def _aligned(n: int) -> int:

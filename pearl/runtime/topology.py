@@ -346,9 +346,12 @@ class LocalCluster:
         import ray
         from ray.core.generated import autoscaler_pb2
 
-        gcs = ray._raylet.GcsClient(address=self.address)
+        # Ray's drain API lives in its compiled modules, which carry no type information
+        gcs = ray._raylet.GcsClient(address=self.address)  # type: ignore[attr-defined]
         deadline_ms = int((time.time() + deadline_in_s) * 1000)
-        reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
+        reason = autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
+            "DRAIN_NODE_REASON_PREEMPTION"
+        )
         accepted, _ = gcs.drain_node(self.node_id(name), reason, message, deadline_ms)
         return bool(accepted)
 

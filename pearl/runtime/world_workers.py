@@ -201,7 +201,7 @@ class WorkerCommands:
             self.lot.prestart(g)
         return len(groups)
 
-    def parks_pending(self, slots: tuple[str, ...]) -> list[asyncio.Task]:
+    def parks_pending(self, slots: tuple[str, ...]) -> list[asyncio.Future]:
         """Parks (and pre-starts) still holding device state on any of `slots`."""
         return self.lot.waiting(tuple(slots))
 
@@ -230,7 +230,7 @@ class WorkerCommands:
 
         async def after_activation() -> None:  # activate_as sets the role it was given
             await settled(pending)
-            if self.workers.get(c.worker_id) is h:
+            if self.workers.get(c.worker_id) is h and h is not None:
                 h.set_role.remote(c.role.value)
 
         self.spawn(after_activation())

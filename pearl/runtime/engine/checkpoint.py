@@ -86,12 +86,14 @@ def _fuse_experts(
     for prefix, parts in per_expert.items():
         gate_up, down = [], []
         for e in range(cfg.num_experts):
-            names = {p: parts.get((e, p)) for p in ("gate", "up", "down")}
-            for p, name in names.items():
+            names: dict[str, str] = {}
+            for p in ("gate", "up", "down"):
+                name = parts.get((e, p))
                 if name is None:
                     raise InputError(
                         source, "missing tensor", field=f"{prefix}.{e}.{p}_proj.weight"
                     )
+                names[p] = name
             try:
                 gate_up.append(torch.cat([sd[names["gate"]], sd[names["up"]]], dim=0))
             except RuntimeError:

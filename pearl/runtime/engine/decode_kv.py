@@ -117,8 +117,8 @@ class DecodeRows:
         # 1. Free the rows of sequences that left the decode group.
         keep = {id(s) for s in seqs}
         for key in [k for k in self._row_of if k not in keep]:
-            row = self._row_of.pop(key)
-            self._seq_in_row[row], self._filled[row] = None, 0
+            gone = self._row_of.pop(key)
+            self._seq_in_row[gone], self._filled[gone] = None, 0
         if not seqs:
             return None
         # 2. Assign free rows (lowest first, so the used rows stay dense).
@@ -127,9 +127,8 @@ class DecodeRows:
         for seq in seqs:
             row = self._row_of.get(id(seq))
             if row is None:
-                row = next(free, None)
-                if row is None:
-                    row = len(self._seq_in_row)
+                row = next(free, len(self._seq_in_row))
+                if row == len(self._seq_in_row):
                     self._seq_in_row.append(None)
                     self._filled.append(0)
                 self._row_of[id(seq)] = row

@@ -117,7 +117,7 @@ class MLP(nn.Module):
         self.gate_up_weight = _fuse(self.gate_proj.weight, self.up_proj.weight)
 
 
-def _fuse(*params: nn.Parameter) -> torch.Tensor:
+def _fuse(*params: torch.Tensor) -> torch.Tensor:
     """Concatenate parameters along dim 0 and re-point each at its slice of the result."""
     fused = torch.cat([p.detach() for p in params])
     start = 0
@@ -204,6 +204,8 @@ class Qwen3Model(nn.Module):
 class Qwen3ForCausalLM(nn.Module):
     """The causal LM. See the module docstring for the two calling conventions."""
 
+    inv_freq: torch.Tensor  # a buffer (register_buffer), for the type checker
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
@@ -224,6 +226,7 @@ class Qwen3ForCausalLM(nn.Module):
         detach them, so call this last. The engine's model runner does; a trainer's model
         need not."""
         for layer in self.model.layers:
+            assert isinstance(layer, DecoderLayer)
             layer.self_attn.fuse_projections()
             if isinstance(layer.mlp, MLP):
                 layer.mlp.fuse_projections()
