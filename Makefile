@@ -25,7 +25,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pearl tests bench
-	$(VENV)/bin/mypy pearl/control pearl/runtime
+	$(VENV)/bin/mypy pearl
 
 bench: $(STAMP)
 	$(PY) -m bench.run_all

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.table import Table
 
@@ -22,7 +24,7 @@ def register(app: typer.Typer) -> None:
         from pearl.envs import env_names, make_env
         from pearl.envs.code_repair import isolation
 
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in env_names():
             env = make_env(name)
             rows.append({"name": name, "num_tasks": env.num_tasks, "max_turns": env.max_turns})

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
                 num_steps=steps,
                 progress=on_progress,
             )
-        doc = result.to_json()
+        doc: dict[str, Any] = result.to_json()
         if as_json:
             print_json(doc)
             return

@@ -186,8 +186,8 @@ def run_policy(
     world, controller, driver, duration = build(
         cfg, name, actions=actions, keep_history=keep_history
     )
-    cb = None if progress is None else (lambda now: progress(label, now, duration))
     label = name if isinstance(name, str) else getattr(name, "name", "policy")
+    cb = None if progress is None else (lambda now: progress(label, now, duration))
     log = driver.run(duration, cb)
     world.finish(duration)
     summary = summarise(world, log, duration)
@@ -217,7 +217,7 @@ def _controller_class(check_every: int) -> type:
     """
     from pearl.control.controller import Controller
 
-    class SimController(Controller):  # type: ignore[misc, valid-type]
+    class SimController(Controller):
         _num_checks = 0
 
         def check(self, *args: Any, **kwargs: Any) -> None:
@@ -327,7 +327,9 @@ def run_simulation(
     if jobs > 1 and len(cfg.policies) + len(plan) > 1:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            futures = {pool.submit(_policy_task, cfg, p): ("policy", p) for p in cfg.policies}
+            futures: dict[Any, tuple[str, Any]] = {
+                pool.submit(_policy_task, cfg, p): ("policy", p) for p in cfg.policies
+            }
             futures.update({pool.submit(_rate_task, cfg, *t): ("rate", t) for t in plan})
             for fut in as_completed(futures):
                 kind, what = futures[fut]

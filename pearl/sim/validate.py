@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pearl.control.plan import PDConfig
+from pearl.control.profile import WorkloadProfile
 from pearl.sim.config import SimConfig
 from pearl.sim.runner import build, make_policy
 
@@ -132,7 +133,7 @@ def simulate_makespans(
     return list(world.stats.makespans_s), tel
 
 
-def learn_profile(cfg: SimConfig, *, num_gpus: int = 4, num_steps: int = 2) -> object:
+def learn_profile(cfg: SimConfig, *, num_gpus: int = 4, num_steps: int = 2) -> WorkloadProfile:
     """A profile learned by the runtime tracker from simulated telemetry."""
     from pearl.control.profile import HardwarePrior
     from pearl.control.tracker import RuntimeTracker

@@ -7,6 +7,8 @@ default, about the share of time they idle in the paper's setting (paper-notes.m
 
 from __future__ import annotations
 
+from typing import Any
+
 from pearl.sim.config import SimConfig
 from pearl.sim.experiments.common import BarPlot, ExperimentResult
 from pearl.sim.runner import Progress
@@ -23,7 +25,7 @@ def run(
     num_steps: int = 2,
     progress: Progress | None = None,
 ) -> ExperimentResult:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, extra in (("no", 0), ("yes", borrowed)):
         res = validate(
             cfg,
