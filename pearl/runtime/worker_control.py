@@ -150,7 +150,10 @@ class WorkerControl:
         try:
             weights = await asyncio.to_thread(fetch_weights, snap)
             async with self._lock:
-                await asyncio.to_thread(self.engine.load_weights, weights, snap.version)
+                # Two syncs in flight fetch concurrently; the older one can reach the lock
+                # last. Weights only move forward: never install over a newer version.
+                if snap.version > self.engine.weight_version:
+                    await asyncio.to_thread(self.engine.load_weights, weights, snap.version)
         finally:
             self._syncing = None
         return self.engine.weight_version
