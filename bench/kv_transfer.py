@@ -42,18 +42,20 @@ import time
 import torch
 
 from bench._md import machine_line, write_section
+from bench.kv_transfer_tables import (
+    BYTES_PER_TOKEN,
+    HEAD_DIM,
+    HEADER,
+    KV_HEADS,
+    LAYERS,
+    SHM_HEADER,
+    TOKENS,
+    WORKLOAD_MIN_TOKENS,
+    shm_rows,
+    table_rows,
+)
 from pearl.runtime.engine import KVPayload
 from pearl.runtime.kv_transfer import get_transport, map_object_store_pages
-
-LAYERS, KV_HEADS, HEAD_DIM = 36, 8, 128  # Qwen3-8B
-BYTES_PER_TOKEN = LAYERS * KV_HEADS * HEAD_DIM * 2 * 2  # K and V, bf16
-TOKENS = (64, 512, 1536, 4096)
-TARGET = 0.5
-# The smallest KV a disaggregated turn ships in the agentic SWE workload PEARL targets: a
-# prefill worker exports the request's whole context (`LLMEngine.export_kv`), at least the
-# first turn's prompt, 1.5-4K tokens (shared data, workload.md). Smaller rows show how the
-# fixed per-transfer costs scale; the verdict is for the sizes the workload produces.
-WORKLOAD_MIN_TOKENS = 1536
 
 
 def make_payload(num_tokens: int) -> KVPayload:
@@ -263,83 +265,7 @@ def run_placement(
         cluster.shutdown()
 
 
-def shm_rows(same: dict[int, dict[str, float]]) -> tuple[list[str], list[str]]:
-    rows, verdicts = [], []
-    for n in TOKENS:
-        nbytes, m = n * BYTES_PER_TOKEN, same[n]
-
-        def cell(t: float, ratio: float, nbytes: int = nbytes) -> str:
-            return f"{nbytes / t / 1e9:.2f} ({ratio:.0%})"
-
-        best = max(m["ratio_move"], m["copy"] / m["pipelined"])
-        rows.append(
-            f"| {n:,} | {nbytes / 1024**2:.0f} | {nbytes / m['copy'] / 1e9:.2f} "
-            f"| {cell(m['move'], m['ratio_move'])} "
-            f"| {cell(m['pipelined'], m['copy'] / m['pipelined'])} "
-            f"| {cell(m['inside'], m['ratio_inside'])} | {m['first_send'] * 1e3:.0f} "
-            f"| {verdict_cell(n, best)} |"
-        )
-        verdicts.append(verdict_word(n, best))
-    return rows, verdicts
-
-
-def verdict_cell(num_tokens: int, best: float) -> str:
-    """The target column: a verdict at the workload's sizes, the bare ratio below them."""
-    if num_tokens < WORKLOAD_MIN_TOKENS:
-        side = "over" if best >= TARGET else "under"
-        return f"{side} {TARGET:.0%} (smaller than the workload's KV)"
-    return f"{'meets' if best >= TARGET else 'MISSES'} >= {TARGET:.0%}"
-
-
-def verdict_word(num_tokens: int, best: float) -> str:
-    mib = num_tokens * BYTES_PER_TOKEN / 1024**2
-    if num_tokens < WORKLOAD_MIN_TOKENS:
-        return f"{mib:.0f} MiB {best:.0%}"
-    return f"{mib:.0f} MiB {'meets' if best >= TARGET else 'misses'} ({best:.0%})"
-
-
-SHM_HEADER = (
-    "| tokens | MiB | in-process copy | one at a time | pipelined | inside the actors "
-    "| first send, ms (creates the segment) | target (end to end) |\n"
-    "|---:|---:|---:|---:|---:|---:|---:|---|"
-)
 STORES = (("fresh", False), ("steady", True))
-HEADER = (
-    "| tokens | MiB | in-process copy | one node: one at a time | pipelined "
-    "| inside the actors | sender faults per send | two nodes: one at a time | pipelined "
-    "| inside the actors | target (one node, end to end) |\n"
-    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-)
-
-
-def table_rows(
-    same: dict[int, dict[str, float]], cross: dict[int, dict[str, float]]
-) -> tuple[list[str], list[str]]:
-    """One markdown row per size: GB/s (ratio to the paired in-process copy) per column;
-    and one verdict per size (one node, end to end: the better of one at a time and
-    pipelined)."""
-    rows, verdicts = [], []
-    for n in TOKENS:
-        nbytes = n * BYTES_PER_TOKEN
-        one, two = same[n], cross[n]
-
-        def cell(t: float, ratio: float, nbytes: int = nbytes) -> str:
-            return f"{nbytes / t / 1e9:.2f} ({ratio:.0%})"
-
-        def group(m: dict[str, float]) -> str:
-            return (
-                f"{cell(m['move'], m['ratio_move'])} "
-                f"| {cell(m['pipelined'], m['copy'] / m['pipelined'])} "
-                f"| {cell(m['inside'], m['ratio_inside'])}"
-            )
-
-        best = max(one["ratio_move"], one["copy"] / one["pipelined"])
-        rows.append(
-            f"| {n:,} | {nbytes / 1024**2:.0f} | {nbytes / one['copy'] / 1e9:.2f} | {group(one)} "
-            f"| {one['send_faults']:,.0f} | {group(two)} | {verdict_cell(n, best)} |"
-        )
-        verdicts.append(verdict_word(n, best))
-    return rows, verdicts
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,9 +21,10 @@ resource tracker leaves its segments in /dev/shm: the next transport created on 
 unlinks those whose creator is gone (`sweep_orphaned_segments`).
 
 Scope: one machine (Ray nodes started on one machine share its shared memory). A receiver
-on another machine gets `KVLostError` naming both; use the object-store transport (`cluster.kv_transport: object_store`, the default) when prefill
-and decode workers can be on different nodes. Linux (or any system with POSIX shared
-memory under Python's `multiprocessing.shared_memory`).
+on another machine gets `KVLostError` naming both; use the object-store transport
+(`cluster.kv_transport: object_store`, the default) when prefill and decode workers can be
+on different machines. Linux (or any system with POSIX shared memory under Python's
+`multiprocessing.shared_memory`).
 """
 
 from __future__ import annotations
