@@ -177,6 +177,15 @@ class TrajectoryBook:
     def can_use_version(self, traj: Trajectory, version: int) -> bool:
         return traj.step - version <= self.max_staleness
 
+    def version_admissible(self, version: int, latest_version: int) -> bool:
+        """The admission rule (the one place it lives): a worker holding weights `version`
+        may serve once `version >= latest_version - max_staleness`. Every batch still in
+        flight is for a step >= latest_version, so such a worker can serve at least the
+        oldest of them; the router keeps each trajectory within its own bound
+        (`can_use_version`). Requiring exactly the latest version instead livelocks a new
+        worker whenever training publishes faster than it can sync."""
+        return version >= latest_version - self.max_staleness
+
     def mark_routed(
         self,
         traj_id: str,

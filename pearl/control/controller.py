@@ -232,7 +232,7 @@ class Controller(ToggleMixin):
             ready = g is not None and w.worker_id in g.ready
             if w.status == Status.ACTIVE or ready:
                 self._emit(cmd.SyncWeights(w.worker_id, e.version))
-            if g is not None and w.weight_version < e.version - self.policy.max_staleness:
+            if g is not None and not self.book.version_admissible(w.weight_version, e.version):
                 g.synced.discard(w.worker_id)
         self._start_batches()
 

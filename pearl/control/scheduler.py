@@ -237,11 +237,14 @@ class SchedulerCore:
 
     # -- groups --------------------------------------------------------------------------------
     def _try_admit(self, g: Group) -> None:
-        """Admit `g` when every member is ready and synced to the latest version."""
+        """Admit `g` when every member is ready and synced to an admissible version
+        (`TrajectoryBook.version_admissible`)."""
         members = [self._state.worker(w) for w in g.worker_ids]
         if len(g.synced) < len(members):
             return
-        if any(w.weight_version < self.latest_version for w in members):
+        if not all(
+            self.book.version_admissible(w.weight_version, self.latest_version) for w in members
+        ):
             return
         self._set_roles(g.deferred)
         for w in g.worker_ids:
@@ -336,11 +339,9 @@ class SchedulerCore:
         if worker_id not in g.ready:
             self._ignore(f"weights synced on {worker_id} before it was ready")
             return
-        if max(version, w.weight_version) < self.latest_version - self.policy.max_staleness:
+        if not self.book.version_admissible(max(version, w.weight_version), self.latest_version):
             return  # a SyncWeights to the latest version is on its way
-        # Within the staleness bound is enough to admit: requiring exactly the latest version
-        # livelocks when training publishes faster than a new worker can sync (the router
-        # still keeps every trajectory within the bound, and the sync to latest goes on).
+        # The sync to the latest version goes on after admission.
         g.synced.add(worker_id)
         self._try_admit(g)
 

@@ -159,6 +159,9 @@ def build(
     """
     trace_acts, duration, _ = trace_actions(cfg)
     policy = make_policy(name) if isinstance(name, str) else name
+    # The run's staleness bound reaches the controller (as `pearl run` does in
+    # runtime/control_setup.py); the trainer and the bound read the same field.
+    policy = dataclasses.replace(policy, max_staleness=cfg.trainer.max_staleness)
     static = cfg.trace.static_gpus is not None
     borrowing = not static if cfg.trace.borrowing is None else cfg.trace.borrowing
     world = World(cfg, trace_acts if actions is None else actions, borrowing=borrowing)

@@ -58,8 +58,9 @@ def test_start_plans_initial_group_and_first_batches():
     assert ctl.handle(E.Started(0.5)) == []  # starting twice does nothing more
 
 
-def test_group_admits_only_when_all_members_synced_to_latest():
-    """A new version published during initialisation must be synced before admission."""
+def test_group_admits_only_when_all_members_synced_and_ready():
+    """A group waits for every member; a version published during initialisation is synced
+    too (the admission itself needs only an admissible version, see the next test)."""
     ctl = Controller("pearl", state=dedicated(2), batch_size=2, group_size=2)
     inits = of(ctl.handle(E.Started(0.0)), C.InitWorker)
     a, b = (c.worker_id for c in inits)
@@ -72,6 +73,34 @@ def test_group_admits_only_when_all_members_synced_to_latest():
     out = ctl.handle(E.WeightsSynced(5.0, b, 1))
     assert of(out, C.AdmitGroup) == [C.AdmitGroup(inits[0].group_id, (a, b))]
     assert {w.status for w in ctl.state.workers} == {Status.ACTIVE}
+
+
+def test_group_admits_when_synced_within_the_staleness_bound():
+    """One admission rule: a group synced to latest - 1 is admitted under bound 1 (it can
+    serve the oldest batch in flight) and held back under bound 0; a publish that leaves a
+    synced member outside the bound un-syncs it until its next sync."""
+    for bound, admitted in ((1, True), (0, False)):
+        policy = Policy("p", max_staleness=bound, borrow="never")
+        ctl = Controller(policy, state=dedicated(1), batch_size=2, group_size=2)
+        (init,) = of(ctl.handle(E.Started(0.0)), C.InitWorker)
+        ctl.handle(E.WorkerReady(1.0, init.worker_id))
+        ctl.handle(E.TrainingStepFinished(2.0, 1))  # v1 published while v0 is syncing
+        out = ctl.handle(E.WeightsSynced(3.0, init.worker_id, 0))
+        assert bool(of(out, C.AdmitGroup)) is admitted, bound
+        if not admitted:
+            out = ctl.handle(E.WeightsSynced(4.0, init.worker_id, 1))
+            assert of(out, C.AdmitGroup) == [C.AdmitGroup(init.group_id, (init.worker_id,))]
+    # Bound 1: a member synced to v0, then v2 is published before the group is complete.
+    policy = Policy("p", max_staleness=1, borrow="never")
+    ctl = Controller(policy, state=dedicated(2), batch_size=2, group_size=2)
+    a, b = (c.worker_id for c in of(ctl.handle(E.Started(0.0)), C.InitWorker))
+    ctl.handle(E.WorkerReady(1.0, a))
+    ctl.handle(E.WeightsSynced(1.5, a, 0))
+    ctl.handle(E.TrainingStepFinished(2.0, 1))
+    ctl.handle(E.TrainingStepFinished(2.5, 2))  # a's v0 is now outside the bound
+    ctl.handle(E.WorkerReady(3.0, b))
+    assert of(ctl.handle(E.WeightsSynced(3.5, b, 2)), C.AdmitGroup) == []  # a must resync
+    assert of(ctl.handle(E.WeightsSynced(4.0, a, 1)), C.AdmitGroup) != []
 
 
 def test_batches_respect_the_staleness_bound():
