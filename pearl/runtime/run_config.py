@@ -124,7 +124,9 @@ class TraceSection(_M):
 class ControllerSection(_M):
     """The policy that drives the controller."""
 
-    policy: str = Field("pearl", description="pearl, roll, rlboost+, or an ablation name.")
+    policy: str = Field(
+        "pearl", description="pearl, roll, rlboost+, or an ablation name (docs/baselines.md)."
+    )
     switch_costs: dict[str, float] = Field(
         default_factory=dict,
         description="Priors of the switch-cost EMAs the cost gates start from, in seconds "
@@ -159,6 +161,13 @@ class ControllerSection(_M):
 
     @model_validator(mode="after")
     def _known_costs(self) -> ControllerSection:
+        from pearl.control.policies import get_policy
+
+        if get_policy(self.policy).pool != "trace":  # ValueError names the known policies
+            raise ValueError(
+                f"policy '{self.policy}' is a simulation baseline (a fixed pool at the trace's "
+                "mean); on a cluster run 'roll' with cluster.num_dedicated set to that pool"
+            )
         if self.modes is not None:
             bad = [m for m in self.modes if m not in ("colocated", "disaggregated")]
             if bad or not self.modes:

@@ -161,7 +161,8 @@ class SimConfig(_Model):
         "never); the tests use 1.",
     )
     policies: tuple[str, ...] = Field(
-        ("pearl", "rlboost+", "roll"), description="Policy names from pearl.control.policies."
+        ("pearl", "rlboost+", "roll", "roll-large"),
+        description="Policy names from pearl.control.policies.",
     )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="GPUs and model.")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer model.")

@@ -6,13 +6,15 @@ every policy), a controller with the named policy, and drives them to the end of
 (`pearl.sim.bound`) and returns a `SimulationResult` that prints as one JSON document and
 writes its outputs (`--out DIR`).
 
-Policy names come from `pearl.control.policies` (pearl, rlboost+, roll, ablations), plus
+Policy names come from `pearl.control.policies` (pearl, rlboost+, roll, roll-large,
+ablations), plus
 static ones for `--static-gpus` runs: `fixed:colocated` and `fixed:disagg:P:D`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import multiprocessing
 import os
 import re
@@ -116,6 +118,25 @@ def trace_actions(cfg: SimConfig) -> tuple[list[TraceAction], float, str]:
     return acts, duration, trace.name
 
 
+def fixed_pool_size(cfg: SimConfig) -> int:
+    """ROLL-Large's pool (paper §6.1): the reserved GPUs plus the time-weighted mean of the
+    trace's preemptible GPUs over the run (capped like the offers), rounded half up.
+    A static budget is its own pool."""
+    t = cfg.trace
+    if t.static_gpus is not None:
+        return t.static_gpus
+    from pearl.traces import load_trace
+
+    trace = load_trace(t.trace)
+    duration = min(t.duration_s or trace.duration_s, trace.duration_s)
+    cap = cfg.cluster.max_preemptible_gpus
+    levels = [(ts, min(cap, n)) for ts, n in trace.levels() if ts < duration]
+    total = 0.0
+    for (t0, n), nxt in zip(levels, [*levels[1:], (duration, 0)], strict=True):
+        total += n * (nxt[0] - t0)
+    return cfg.cluster.num_dedicated_gpus + math.floor(total / duration + 0.5)
+
+
 # -- one policy ---------------------------------------------------------------------------------
 @dataclass
 class PolicyRun:
@@ -157,8 +178,18 @@ def build(
     and the run's duration. `actions` replaces the config's trace timeline (tests script
     their own GPU changes).
     """
-    trace_acts, duration, _ = trace_actions(cfg)
     policy = make_policy(name) if isinstance(name, str) else name
+    if policy.pool == "trace_mean":  # ROLL-Large: a fixed pool for the trace's whole window
+        _, window_s, _ = trace_actions(cfg)
+        cfg = cfg.with_updates(
+            **{
+                "trace.static_gpus": fixed_pool_size(cfg),
+                "trace.duration_s": window_s,
+                "trace.borrowing": False,
+            }
+        )
+        actions = None
+    trace_acts, duration, _ = trace_actions(cfg)
     # The run's staleness bound reaches the controller (as `pearl run` does in
     # runtime/control_setup.py); the trainer and the bound read the same field.
     policy = dataclasses.replace(policy, max_staleness=cfg.trainer.max_staleness)

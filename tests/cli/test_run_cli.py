@@ -82,6 +82,10 @@ def test_config_errors_name_file_and_field(tmp_path, calls):
     assert "'controller.mode_switch_threshold'" in out
     out = _fails([str(_config(tmp_path, "controller: {modes: [split]}\n"))])
     assert "'controller'" in out and "modes must be" in out
+    out = _fails([str(_config(tmp_path, "controller: {policy: roll-large}\n"))])
+    assert "'controller'" in out and "simulation baseline" in out
+    out = _fails([str(_config(tmp_path, "controller: {policy: nope}\n"))])
+    assert "'controller'" in out and "unknown policy 'nope'" in out
     out = _fails([str(tmp_path / "missing.yaml")])
     assert "missing.yaml" in out and "not found" in out
     assert calls == []

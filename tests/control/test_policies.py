@@ -48,6 +48,7 @@ def test_registry_knows_every_name():
     for name in (
         "pearl",
         "roll",
+        "roll-large",
         "rlboost+",
         "pearl-colocated",
         "pearl-no-borrow",

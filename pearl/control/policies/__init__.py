@@ -1,4 +1,4 @@
-"""Policies by name: `pearl`, `roll`, `rlboost+`, and the ablations `pearl-colocated`,
+"""Policies by name: `pearl`, `roll`, `roll-large`, `rlboost+`, and the ablations `pearl-colocated`,
 `pearl-disagg:P:D`, `pearl-no-borrow`, `pearl-ungated` (see docs/baselines.md)."""
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from pearl.control.policies.ablations import (
 from pearl.control.policies.base import Advisor, Policy, Verdict, scale_config
 from pearl.control.policies.pearl import Pearl
 from pearl.control.policies.rlboost import RLBoostPlus
-from pearl.control.policies.roll import Roll
+from pearl.control.policies.roll import Roll, RollLarge
 
 REGISTRY: dict[str, Callable[[], Policy]] = {
     "pearl": Pearl,
     "roll": Roll,
+    "roll-large": RollLarge,
     "rlboost+": RLBoostPlus,
     "pearl-colocated": PearlColocated,
     "pearl-no-borrow": PearlNoBorrow,

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from pearl.control.plan import PDConfig
 
+PoolSource = Literal["trace", "trace_mean"]
 BorrowMode = Literal["never", "gated", "always", "budgeted"]
 
 
@@ -100,6 +101,9 @@ class Policy:
     * `initial_borrow_budget_turns`: the first budget of a `budgeted` borrow.
     * `group_timeout_s`: a group not admitted this long after it started is cancelled like
       a failed one (checked on every event; None: wait forever).
+    * `pool`: where the world's rollout GPUs come from: `trace` (the reserved pool plus the
+      trace's preemptible offers) or `trace_mean` (a fixed pool of the reserved GPUs plus
+      the trace's time-weighted mean of preemptible ones, rounded: ROLL-Large, paper §6.1).
     """
 
     name: str
@@ -116,6 +120,7 @@ class Policy:
     sticky_max_imbalance: int | None = None
     initial_borrow_budget_turns: int = 64
     group_timeout_s: float | None = 900.0
+    pool: PoolSource = "trace"
 
     def make_advisor(self, **kwargs: Any) -> Advisor:
         """The advisor for this policy. Subclasses pick the decision engine or heuristics."""

@@ -8,7 +8,7 @@ from pearl.sim.runner import Progress, default_jobs, run_simulation
 
 MODELS = ("qwen3-8b", "qwen3-30b-a3b")
 TRACES = ("seg1", "seg2", "seg3")
-POLICIES = ("pearl", "rlboost+", "roll")
+POLICIES = ("pearl", "rlboost+", "roll", "roll-large")
 
 
 def run(

@@ -8,7 +8,7 @@ from pearl.sim.runner import Progress, default_jobs, run_simulation
 
 BATCHES = (32, 64, 128)
 MAX_LENS = (16384, 32768, 65536)
-POLICIES = ("pearl", "rlboost+", "roll")
+POLICIES = ("pearl", "rlboost+", "roll", "roll-large")
 
 
 def run(
