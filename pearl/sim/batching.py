@@ -202,6 +202,8 @@ class BatchingCore:
         if not seq.prefilled:
             if not seq.req.full_prefill:
                 cached = min(own, prompt - 1)
+                if seq.req.reusable_prefix_tokens is not None:
+                    cached = min(cached, seq.req.reusable_prefix_tokens)
             self.cache.record_lookup(cached)
         self._admissions += 1
         seq.admit(self._admissions, self._t, cached)

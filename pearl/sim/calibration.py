@@ -51,7 +51,14 @@ def trajectory_alone_s(traj: Trajectory, hw: WorkerHardware) -> tuple[float, flo
     env = traj.container_start_s
     prefill = decode = 0.0
     for i, turn in enumerate(traj.turns):
-        w.submit(Request(traj.traj_id, i, turn.context_tokens, turn.decode_tokens), t)
+        req = Request(
+            traj.traj_id,
+            i,
+            turn.context_tokens,
+            turn.decode_tokens,
+            reusable_prefix_tokens=turn.reusable_prefix_tokens,
+        )
+        w.submit(req, t)
         done = w.advance(w.next_change_time_s())
         while not done:
             done = w.advance(w.next_change_time_s())
@@ -193,14 +200,27 @@ def batch_mix(
         if kind == 2:  # KV landed: decode on the least loaded decode worker
             i = min(back, key=lambda j: workers[j].num_in_flight)
             gen = arriving.pop(ident)
-            req = Request(ident, k, turn.context_tokens, turn.decode_tokens, generated_tokens=gen)
+            req = Request(
+                ident,
+                k,
+                turn.context_tokens,
+                turn.decode_tokens,
+                generated_tokens=gen,
+                reusable_prefix_tokens=turn.reusable_prefix_tokens,
+            )
         else:
             held = [workers[j].holds_prefix(ident) for j in front] if router == "sticky" else [0]
             if max(held) > 0:
                 i = front[held.index(max(held))]  # the worker with the longest cached prefix
             else:
                 i = min(front, key=lambda j: workers[j].num_in_flight)
-            req = Request(ident, k, turn.context_tokens, turn.decode_tokens)
+            req = Request(
+                ident,
+                k,
+                turn.context_tokens,
+                turn.decode_tokens,
+                reusable_prefix_tokens=turn.reusable_prefix_tokens,
+            )
         workers[i].advance(t)
         workers[i].submit(req, t)
         arm(i)

@@ -5,10 +5,20 @@ engine's coarse fitted models (`pearl.control.makespan`), which it must never im
 share formulas with, or validation would prove nothing (DESIGN.md, "Decisions").
 
 One iteration of a worker processes some prefill chunks (tokens at known positions) and one
-token for each decoding sequence (at its context length). Its time is
+token for each decoding sequence (at its context length). Its time is the sum of its
+operator groups, each bound by its own roofline (as Vidur times operators one by one, and
+as a real engine runs them: the dense layers as one GEMM over every token of the batch,
+then the prefill chunks' attention, then the decodes' attention, each its own kernel):
 
-    t = max(flops / (eff_compute * peak_flops), bytes / (eff_memory * hbm_bw))
-        + tp_comm + overhead_s + per_seq_overhead_s * num_seqs
+    t = max(linear flops / C, weight bytes / M)              dense layers + LM head
+      + max(prefill attention flops / C, prefix KV bytes / M)  prefill chunks
+      + max(decode attention flops / C, decode KV bytes / M)   decoding sequences
+      + tp_comm + overhead_s + per_seq_overhead_s * num_seqs
+
+with C = eff_compute * peak_flops and M = eff_memory * hbm_bw. So a decode riding in a
+prefill chunk's iteration shares the weight read and the GEMM, but its KV read is not
+hidden under the chunk's compute: colocated prefill and decode interfere as in a real
+engine (Sarathi-Serve's hybrid batches), not as one ideally overlapped kernel.
 
 - flops: 2 * (active params without embeddings) per token (dense, or MoE active experts),
   2 * vocab * hidden per sampled token (only the last position of a sequence gets logits),
@@ -200,15 +210,22 @@ class WorkerHardware:
         tokens = num_prefill_tokens + num_decode
         if tokens == 0:
             return 0.0
-        flops = (
-            self.flops_per_token * tokens
-            + self.flops_per_logit * (num_decode + num_prefill_logits)
-            + self.attn_flops_per_pair * (prefill_pairs + decode_context_tokens)
+        cr, mr, kvb = self.compute_rate, self.memory_rate, self.kv_bytes_per_token
+        linear_flops = self.flops_per_token * tokens + self.flops_per_logit * (
+            num_decode + num_prefill_logits
         )
-        kv = self.kv_bytes_per_token * (decode_context_tokens + prefill_prefix_tokens + tokens)
-        mem = self.weight_bytes_read(tokens) + kv
+        busy = max(linear_flops / cr, self.weight_bytes_read(tokens) / mr)
+        if num_prefill_tokens:  # read the prefix once, write the chunks' KV
+            busy += max(
+                self.attn_flops_per_pair * prefill_pairs / cr,
+                kvb * (prefill_prefix_tokens + num_prefill_tokens) / mr,
+            )
+        if num_decode:  # each decode reads its whole context and writes one token
+            busy += max(
+                self.attn_flops_per_pair * decode_context_tokens / cr,
+                kvb * (decode_context_tokens + num_decode) / mr,
+            )
         p = self.params
-        busy = max(flops / self.compute_rate, mem / self.memory_rate)
         return (
             busy
             + self.tp_fixed_s
@@ -251,16 +268,21 @@ class WorkerHardware:
     # -- decode stretches (closed form) --------------------------------------------------
 
     def _decode_linear(self, d: int, ctx0: int) -> tuple[float, float, float, float, float]:
-        """Step n of a decode-only stretch takes max(c0 + c1*n, m0 + m1*n) + fixed."""
+        """Step n of a decode-only stretch takes max(c0 + c1*n, m0 + m1*n) + fixed: the
+        attention's two rooflines grow with the contexts; the dense layers (their own
+        roofline, a constant for a fixed batch) and the overheads are in `fixed`."""
         p = self.params
-        c0 = (
-            self.flops_per_token * d + self.flops_per_logit * d + self.attn_flops_per_pair * ctx0
-        ) / self.compute_rate
-        c1 = self.attn_flops_per_pair * d / self.compute_rate
-        m0 = (self.weight_bytes_read(d) + self.kv_bytes_per_token * (ctx0 + d)) / self.memory_rate
-        m1 = self.kv_bytes_per_token * d / self.memory_rate
+        cr, mr = self.compute_rate, self.memory_rate
+        c0 = self.attn_flops_per_pair * ctx0 / cr
+        c1 = self.attn_flops_per_pair * d / cr
+        m0 = self.kv_bytes_per_token * (ctx0 + d) / mr
+        m1 = self.kv_bytes_per_token * d / mr
+        linear = max(
+            (self.flops_per_token + self.flops_per_logit) * d / cr, self.weight_bytes_read(d) / mr
+        )
         fixed = (
-            self.tp_fixed_s
+            linear
+            + self.tp_fixed_s
             + self.tp_per_token_s * d
             + p.iteration_overhead_s
             + p.per_seq_overhead_s * d

@@ -140,6 +140,7 @@ class InferenceWorker(BatchingCore):
                         s.generated,
                         phase,
                         s.t_queued_s,
+                        r.reusable_prefix_tokens,
                     )
                 )
                 if self.role != Role.DECODE and phase != Phase.QUEUED:

@@ -22,6 +22,10 @@ class Request:
     The worker's prompt is therefore context_tokens + generated_tokens, and it generates
     decode_tokens - generated_tokens more. `full_prefill`: ignore any cached prefix (a router
     decision). `t_queued_s`: when the turn first entered the system (default: submit time).
+    `reusable_prefix_tokens`: the longest prefix of the prompt that is token-identical to
+    what the trajectory's earlier turns left in a cache (None: all of it, the agent only
+    appended to its history; `WorkloadSpec.prefix_reuse`); a cached entry is reused up to
+    that length at most.
     """
 
     traj_id: int
@@ -31,6 +35,7 @@ class Request:
     generated_tokens: int = 0
     full_prefill: bool = False
     t_queued_s: float | None = None
+    reusable_prefix_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.context_tokens < 1:
@@ -112,6 +117,7 @@ class Partial:
     generated_tokens: int
     phase: Phase
     t_queued_s: float
+    reusable_prefix_tokens: int | None = None
 
     def resume(self, *, full_prefill: bool = False) -> Request:
         """The request that continues this turn where it stopped."""
@@ -123,6 +129,7 @@ class Partial:
             generated_tokens=self.generated_tokens,
             full_prefill=full_prefill,
             t_queued_s=self.t_queued_s,
+            reusable_prefix_tokens=self.reusable_prefix_tokens,
         )
 
 

@@ -117,6 +117,7 @@ def route(world: World, cmd: C.Route) -> None:
         generated_tokens=tr.generated_tokens,
         full_prefill=cmd.full_prefill,
         t_queued_s=t.t_queued_s,
+        reusable_prefix_tokens=turn.reusable_prefix_tokens,
     )
     p.engine.submit(req, now)
     world.touch(p)
@@ -172,6 +173,7 @@ def _arrive(world: World, tr: TrajRun, d: SimWorker, c: Completion):
             turn.decode_tokens,
             generated_tokens=tr.generated_tokens,
             t_queued_s=c.t_queued_s,
+            reusable_prefix_tokens=turn.reusable_prefix_tokens,
         )
         if d.engine.role != Role.DECODE and d.engine.role != Role.COLOCATED:
             tr.route = None

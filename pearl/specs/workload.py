@@ -15,7 +15,7 @@ and its reason is written down in `docs/simulator-model.md`. All fields are over
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -119,6 +119,13 @@ class WorkloadSpec(_Spec):
     )
     prompt_tokens_max: int = Field(
         4000, ge=1, description="Largest initial prompt (uniform between min and max), tokens."
+    )
+    prefix_reuse: Literal["context", "prompt"] = Field(
+        "prompt",
+        description="What of a turn's context earlier turns' KV can serve from a prefix "
+        "cache: 'context' (the agent appends to its history token for token) or 'prompt' "
+        "(the agent re-renders its history each turn, e.g. a chat template that drops earlier "
+        "turns' reasoning, so only the initial prompt stays a token-identical prefix).",
     )
     context_cap_tokens: int = Field(
         32768,

@@ -47,14 +47,14 @@ def test_prefill_interrupts_decode():
         t += hw.decode_step_time_s(1, 1000 + n)
         n += 1
     assert b.t_prefill_start_s == pytest.approx(t, rel=1e-12)
-    # the mixed iteration: B's 3000-token prompt (one chunk) + A's decode token at 1000+n
-    mixed = hw.iteration_time_s(
-        num_prefill_tokens=3000 + 1,
-        prefill_pairs=3000 * 3001 / 2,
-        num_prefill_logits=1,
-        num_decode=0,
-    )
-    mixed = (2e8 * 3001 + 2e6 * 2 + 4e4 * (3000 * 3001 / 2 + 1000 + n)) / 1e12
+    # the mixed iteration: B's 3000-token prompt (one chunk) + A's decode token at 1000+n,
+    # each operator group on its own roofline: dense layers (compute-bound: 3001 tokens,
+    # 2 logits), the chunk's attention (compute-bound), A's attention (memory-bound: its
+    # KV read of 1000+n tokens plus the one it writes)
+    linear = (2e8 * 3001 + 2e6 * 2) / 1e12
+    chunk_attention = 4e4 * (3000 * 3001 / 2) / 1e12
+    decode_attention = 8000 * (1000 + n + 1) / 1e11
+    mixed = linear + chunk_attention + decode_attention
     assert b.t_prefill_end_s - b.t_prefill_start_s == pytest.approx(mixed, rel=1e-12)
     extra = mixed - hw.decode_step_time_s(1, 1000 + n)
     # B then decodes 9 more tokens beside A: both decode steps read both contexts

@@ -80,7 +80,9 @@ def test_calibration_critical_path_of_a_batch_is_about_216_s():
     assert 180 < mean < 260
     for p in paths:
         assert p.env_s > 0.25 * p.makespan_s and p.decode_s > 0.25 * p.makespan_s
-        assert p.prefill_s < 0.05 * p.makespan_s  # alone, prefixes are reused: little prefill
+        # alone on a GPU, each turn re-prefills its context past the initial prompt (the
+        # default prefix_reuse "prompt"): visible, but a small share of the path
+        assert 0.02 * p.makespan_s < p.prefill_s < 0.12 * p.makespan_s
 
 
 def test_calibration_colocated_prefill_share_for_qwen3_30b():
@@ -94,12 +96,19 @@ def test_calibration_colocated_prefill_share_for_qwen3_30b():
 
 
 def test_prefix_aware_routing_raises_the_hit_rate():
-    """The hit rate is an outcome of routing and capacity, not an input."""
+    """The hit rate is an outcome of routing, capacity and what the agent re-sends, not an
+    input: with a history that is only appended to, prefix-aware routing reuses most of
+    each context; with a re-rendered history (the default) only the initial prompt is
+    reusable, whatever the routing."""
+    appended = WorkloadSpec(prefix_reuse="context")
     kw = dict(model="qwen3-8b", num_workers=8, seed=0)
-    sticky = colocated_mix(router="sticky", **kw)
-    blind = colocated_mix(router="least_loaded", **kw)
+    sticky = colocated_mix(router="sticky", spec=appended, **kw)
+    blind = colocated_mix(router="least_loaded", spec=appended, **kw)
     assert sticky.hit_rate_tokens > blind.hit_rate_tokens + 0.3
     assert sticky.prefill_token_share < blind.prefill_token_share
+    rerendered = colocated_mix(router="sticky", **kw)
+    assert rerendered.hit_rate_tokens < 0.25 < sticky.hit_rate_tokens
+    assert rerendered.prefill_token_share > 0.95  # paper §3.2: 96.68% of tokens
 
 
 def test_disaggregated_batch_runs_every_turn_through_prefill_then_decode_workers():
