@@ -14,6 +14,7 @@ ORDER = (
     "decide",
     "controller",
     "sim_physics",
+    "sim_calibration",
     "envs_latency",
     "envs_learnable",
     "learning",

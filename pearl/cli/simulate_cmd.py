@@ -25,6 +25,7 @@ def _build_config(
     seed: int | None,
     static_gpus: int | None,
     duration: float | None,
+    sets: list[str] | None = None,
 ) -> Any:
     from pearl.sim.config import SimConfig, load_config
 
@@ -51,14 +52,37 @@ def _build_config(
         updates["trace.static_gpus"] = static_gpus
     if duration is not None:
         updates["trace.duration_s"] = duration
+    updates.update(_parse_sets(sets or []))
     from pydantic import ValidationError
 
     try:
         return cfg.with_updates(**updates)
+    except KeyError as err:
+        raise InputError(
+            "<argument>", f"no config section {err.args[0]!r}", field="--set"
+        ) from None
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
         raise InputError("<argument>", first["msg"], field=field) from None
+
+
+def _parse_sets(sets: list[str]) -> dict[str, Any]:
+    """`--set section.field=value` pairs; the value is read as YAML (numbers, lists...)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise InputError("<argument>", f"expected KEY=VALUE, got {item!r}", field="--set")
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise InputError(
+                "<argument>", f"value of {key!r} is not valid YAML", field="--set"
+            ) from None
+    return out
 
 
 def _print_table(doc: dict[str, Any]) -> None:
@@ -124,6 +148,12 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(
             0, "--jobs", min=0, help="Worker processes for independent runs (0: one per CPU)."
         ),
+        sets: list[str] = typer.Option(  # noqa: B008
+            None,
+            "--set",
+            help="Override any config field: section.field=value (repeatable), e.g. "
+            "trainer.max_staleness=0 or rollout.workload.prefix_reuse=context.",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Simulate policies on a GPU-availability trace and compare their throughput."""
@@ -140,6 +170,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             static_gpus=static_gpus,
             duration=duration,
+            sets=sets,
         )
         with Progress(
             TextColumn("{task.description}"),

@@ -12,9 +12,13 @@ D seconds, R rollout GPU-seconds, N_t training GPUs and rate r:
 
     X <= r * (R + N_t * (D - X / B * t_step))   =>   X <= r (R + N_t D) / (1 + r N_t t_step / B)
 
-and rollout can be at most `max_staleness + 1` batches ahead of the trainer, which trains at
-most D / t_step batches:
-the bound is the smaller of the two.
+and the pipeline itself limits it (`pipeline_trajectories`): with staleness bound s, batch
+k may start only once weights v_{k-s} exist, i.e. when training step k-s-1 ends; it cannot
+finish before its longest trajectory would alone on its own GPU (its latency floor,
+`pearl.sim.calibration.critical_path`, the same trajectories the world draws); training
+step k starts when batch k is done and step k-1 has ended. Replaying that recursion over
+the run's own batches counts the trajectories that could finish in D seconds with
+unlimited GPUs. The bound is the smaller of the two.
 
 `bound_for(cfg, actions, duration_s)` measures the static rates by simulation (`bound_plan`
 lists the runs; results are cached per setting in `RATE_CACHE`) and computes the bound.
@@ -55,7 +59,7 @@ class Bound:
     rollout_gpu_s: float
     num_training_gpus: int
     train_step_s: float
-    limited_by: str  # "gpus" or "trainer"
+    limited_by: str  # "gpus" or "pipeline" (trainer and the batches' latency floors)
 
     @property
     def trajs_per_hour(self) -> float:
@@ -95,17 +99,21 @@ def compute_bound(
     batch_size: int,
     borrowing: bool = True,
     max_staleness: int = 1,
+    by_pipeline: float | None = None,
 ) -> Bound:
     """The bound for a run (see the module docstring); `borrowing=False` drops idle training
-    time (static-budget runs, where no policy may borrow)."""
+    time (static-budget runs, where no policy may borrow). `by_pipeline`: trajectories the
+    pipeline allows (`pipeline_trajectories`); None: the trainer's rate alone, rollout
+    infinitely fast (`batch_size * (D / t_step + 1 + max_staleness)`)."""
     best = best_rate(rates)
     r = best.per_gpu
     n_t = num_training_gpus if borrowing else 0
     by_gpus = r * (rollout_gpu_s + n_t * duration_s) / (1.0 + r * n_t * train_step_s / batch_size)
-    by_trainer = batch_size * (duration_s / train_step_s + 1 + max_staleness)
-    limited_by = "gpus" if by_gpus <= by_trainer else "trainer"
+    if by_pipeline is None:
+        by_pipeline = batch_size * (duration_s / train_step_s + 1 + max_staleness)
+    limited_by = "gpus" if by_gpus <= by_pipeline else "pipeline"
     return Bound(
-        trajectories=min(by_gpus, by_trainer),
+        trajectories=min(by_gpus, by_pipeline),
         duration_s=duration_s,
         rate_per_gpu_s=r,
         best=best,
@@ -185,7 +193,58 @@ def bound_for(cfg: SimConfig, actions: list[TraceAction], duration_s: float) -> 
         batch_size=cfg.rollout.batch_size,
         borrowing=(not static) if cfg.trace.borrowing is None else cfg.trace.borrowing,
         max_staleness=cfg.trainer.max_staleness,
+        by_pipeline=pipeline_trajectories(cfg, duration_s),
     )
+
+
+PIPELINE_CACHE: dict[str, float] = {}
+
+
+def pipeline_trajectories(cfg: SimConfig, duration_s: float) -> float:
+    """Trajectories that could finish in `duration_s` with unlimited rollout GPUs: the
+    staleness pipeline replayed over the run's own batches (module docstring). Each
+    trajectory takes at least its time alone on its own worker (`trajectory_alone_s`:
+    container start, env steps, prefill and decode with nothing else on the GPU)."""
+    from pearl.sim.calibration import trajectory_alone_s
+    from pearl.sim.config import dump_config
+    from pearl.sim.hardware import WorkerHardware
+    from pearl.sim.trainer import step_time_s
+    from pearl.sim.workload import step_sampler
+    from pearl.specs import get_gpu, get_model
+    from pearl.specs.workload import WorkloadSpec
+
+    key = dump_config(cfg.model_copy(update={"policies": ()})) + f"{duration_s}"
+    if key in PIPELINE_CACHE:
+        return PIPELINE_CACHE[key]
+    m, g = get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu)
+    hw = WorkerHardware(m, g, cfg.cluster.gpus_per_worker)
+    spec = WorkloadSpec.model_validate(
+        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
+    )
+    s, b = cfg.trainer.max_staleness, cfg.rollout.batch_size
+    ends: list[float] = []  # E_k: end of training step k
+    done = 0.0
+    k = 0
+    while True:
+        start = ends[k - s - 1] if k > s else 0.0
+        if start >= duration_s:
+            break
+        batch = step_sampler(spec, cfg.seed, k).batch(b)
+        alone = [sum(trajectory_alone_s(t, hw)) for t in batch]
+        done += sum(1 for a in alone if start + a <= duration_s)
+        ready = start + max(alone)
+        tokens = sum(t.total_tokens for t in batch)
+        tau = step_time_s(
+            cfg.trainer,
+            num_tokens=tokens,
+            active_params=float(m.active_params),
+            num_gpus=cfg.cluster.num_training_gpus,
+            peak_flops_per_s=g.flops_per_s,
+        )
+        ends.append(max(ready, ends[-1] if ends else 0.0) + tau)
+        k += 1
+    PIPELINE_CACHE[key] = done
+    return done
 
 
 def train_step_s(cfg: SimConfig) -> float:

@@ -11,6 +11,7 @@ batch 64, 32K-token trajectory limit, and the reconfiguration costs of the paper
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,30 @@ class ClusterConfig(_Model):
         12, ge=0, description="Cap on preemptible rollout GPUs taken from the trace."
     )
     gpus_per_worker: int = Field(1, ge=1, description="GPUs per rollout worker (tensor parallel).")
+
+
+class EngineConfig(_Model):
+    """The rollout engine's scheduler knobs (vLLM-like continuous batching, chunked prefill).
+
+    None takes vLLM's default for the GPU (`pearl.sim.inference_types.vllm_defaults`):
+    16,384 tokens and 1,024 sequences on H100/H200-class GPUs, 8,192 and 256 elsewhere."""
+
+    max_batched_tokens: int | None = Field(
+        None, ge=1, description="Per-iteration token budget (prefill chunks + decodes)."
+    )
+    max_num_seqs: int | None = Field(None, ge=1, description="Running requests per worker.")
+
+    def worker_config(self, gpu_memory_gb: float, gpu_name: str) -> Any:
+        from pearl.sim.inference_types import vllm_defaults
+
+        base = vllm_defaults(gpu_memory_gb, gpu_name)
+        budget = self.max_batched_tokens or base.max_batched_tokens
+        return dataclasses.replace(
+            base,
+            max_batched_tokens=budget,
+            prefill_max_batched_tokens=budget,
+            max_num_seqs=self.max_num_seqs or base.max_num_seqs,
+        )
 
 
 class TrainerConfig(_Model):
@@ -165,6 +190,9 @@ class SimConfig(_Model):
         description="Policy names from pearl.control.policies.",
     )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="GPUs and model.")
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig, description="Rollout engine scheduler."
+    )
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer model.")
     costs: CostConfig = Field(default_factory=CostConfig, description="Reconfiguration costs.")
     trace: TraceConfig = Field(default_factory=TraceConfig, description="GPU availability.")

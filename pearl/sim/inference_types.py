@@ -171,7 +171,8 @@ class StepStats:
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    """Engine knobs of a simulated worker (vLLM-like continuous batching)."""
+    """Engine knobs of a simulated worker (vLLM-like continuous batching). The defaults are
+    vLLM's for GPUs under 70 GB; `vllm_defaults(gpu)` gives vLLM's per GPU class."""
 
     max_batched_tokens: int = 8192  # per-iteration token budget (chunked prefill + decodes)
     prefill_max_batched_tokens: int = 16384  # budget of a prefill-only worker
@@ -189,3 +190,15 @@ class WorkerConfig:
             raise ValueError("prefix_cache_fraction must be in [0, 1]")
         if not 0 <= self.kv_watermark_fraction < 0.5:
             raise ValueError("kv_watermark_fraction must be in [0, 0.5)")
+
+
+def vllm_defaults(gpu_memory_gb: float, gpu_name: str) -> WorkerConfig:
+    """vLLM's scheduler defaults for an in-process engine (the `LLM` class, as RL rollout
+    runs it): a 16,384-token budget and 1,024 sequences on GPUs with >= 70 GiB that are not
+    A100s, else 8,192 and 256 (vllm/engine/arg_utils.py, `EngineArgs.get_batch_defaults`).
+    A prefill-only worker gets the same budget."""
+    big = gpu_memory_gb * 1e9 >= 70 * 2**30 and "a100" not in gpu_name.lower()
+    budget, seqs = (16384, 1024) if big else (8192, 256)
+    return WorkerConfig(
+        max_batched_tokens=budget, prefill_max_batched_tokens=budget, max_num_seqs=seqs
+    )

@@ -136,3 +136,9 @@ class TrajectorySampler:
 
     def batch(self, num_trajectories: int, first_id: int = 0) -> list[Trajectory]:
         return [self.sample(first_id + i) for i in range(num_trajectories)]
+
+
+def step_sampler(spec: WorkloadSpec, seed: int, step: int) -> TrajectorySampler:
+    """The sampler of rollout step `step` of a run seeded `seed`: the same trajectories for
+    the same (seed, step) whatever the policy (the world and the bound both use it)."""
+    return TrajectorySampler(spec, seed=seed * 1_000_003 + step)

@@ -51,7 +51,7 @@ from pearl.sim.rollout import (
 )
 from pearl.sim.telemetry_out import worker_step_record
 from pearl.sim.trainer import Trainer, TrainerCallbacks
-from pearl.sim.workload import TrajectorySampler
+from pearl.sim.workload import TrajectorySampler, step_sampler
 from pearl.sim.world_workers import SimWorker, WorkerCommands
 from pearl.specs.hardware import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
@@ -83,6 +83,7 @@ class World(WorkerCommands):
         self.core = EventCore(cfg.seed)
         self.model = get_model(cfg.cluster.model)
         self.gpu_spec = get_gpu(cfg.cluster.gpu)
+        self.engine_config = cfg.engine.worker_config(self.gpu_spec.hbm_gb, self.gpu_spec.name)
         self.workload = WorkloadSpec.model_validate(
             {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
         )
@@ -304,7 +305,7 @@ class World(WorkerCommands):
 
     def sampler_for(self, step: int) -> TrajectorySampler:
         """The same trajectories for the same (seed, step) whatever the policy."""
-        return TrajectorySampler(self.workload, seed=self.cfg.seed * 1_000_003 + step)
+        return step_sampler(self.workload, self.cfg.seed, step)
 
     def hardware_of(self, w: SimWorker) -> WorkerHardware:
         return self._hardware(len(w.gpu_ids))

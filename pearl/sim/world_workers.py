@@ -18,6 +18,7 @@ from pearl.sim.config import SimConfig
 from pearl.sim.core import PRIO_COMPLETION, EventCore, Handle
 from pearl.sim.hardware import WorkerHardware
 from pearl.sim.inference import InferenceWorker
+from pearl.sim.inference_types import WorkerConfig
 from pearl.sim.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class WorkerCommands:
     workers: dict[str, SimWorker]
     trainer: Trainer
     stats: WorldStats
+    engine_config: WorkerConfig
 
     def emit(self, event: object) -> None:
         raise NotImplementedError
@@ -75,7 +77,11 @@ class WorkerCommands:
             return
         zone = Zone.OVERLAP if on_training else self.gpus[cmd.gpu_ids[0]].zone
         engine = InferenceWorker(
-            cmd.worker_id, self._hardware(len(cmd.gpu_ids)), cmd.role, now_s=now
+            cmd.worker_id,
+            self._hardware(len(cmd.gpu_ids)),
+            cmd.role,
+            self.engine_config,
+            now_s=now,
         )
         w = SimWorker(cmd.worker_id, tuple(cmd.gpu_ids), zone, engine, cmd.group_id, now)
         self.workers[w.worker_id] = w

@@ -57,7 +57,7 @@ def test_trainer_limits_the_bound() -> None:
         borrowing=False,
         max_staleness=1,
     )
-    assert b.limited_by == "trainer" and b.trajectories == pytest.approx(8 * (10 + 2))
+    assert b.limited_by == "pipeline" and b.trajectories == pytest.approx(8 * (10 + 2))
 
 
 @given(
@@ -76,3 +76,22 @@ def test_bound_grows_with_gpu_seconds(
     hi = compute_bound(rates, rollout_gpu_s=dur * (1 + extra), **kw)
     assert hi.trajectories >= lo.trajectories - 1e-9
     assert 0.0 <= lo.fraction(lo.trajectories) <= 1.0 + 1e-12
+
+
+def test_pipeline_bound_replays_the_staleness_pipeline_over_the_runs_batches():
+    """With unlimited GPUs a batch still takes its longest trajectory alone, and batch k
+    waits for weights v_{k-s}: a looser bound lets more finish, none beyond the trainer's
+    rate, and a window shorter than the first batch's floor finishes part of a batch."""
+    from pearl.sim.bound import pipeline_trajectories, train_step_s
+    from pearl.sim.config import SimConfig
+
+    cfg = SimConfig()
+    got = {
+        s: pipeline_trajectories(cfg.with_updates(**{"trainer.max_staleness": s}), 3600.0)
+        for s in (0, 1, 2)
+    }
+    assert 0 < got[0] < got[1] <= got[2]
+    trainer_only = 64 * (3600.0 / train_step_s(cfg) + 2)
+    assert got[1] < trainer_only
+    short = pipeline_trajectories(cfg, 60.0)
+    assert 0 < short < 64

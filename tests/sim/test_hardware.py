@@ -45,10 +45,10 @@ def test_overheads_add_per_iteration_and_per_sequence():
 
 
 def test_efficiencies_default_per_gpu_type():
-    """Without overrides, efficiencies come from the GPU type (compute 60%, memory 72%)."""
+    """Without overrides, efficiencies come from the GPU type (compute 60%, memory 82%)."""
     hw = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"))
     assert hw.compute_rate == pytest.approx(0.60 * 989e12)
-    assert hw.memory_rate == pytest.approx(0.72 * 3.35e12)
+    assert hw.memory_rate == pytest.approx(0.82 * 3.35e12)
 
 
 def test_moe_expert_coverage_matches_the_spec_comment():

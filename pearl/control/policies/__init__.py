@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable
 
 from pearl.control.policies.ablations import (
+    LadderExpansion,
+    LadderPD,
     PearlColocated,
     PearlFixedDisagg,
     PearlNoBorrow,
@@ -25,6 +27,8 @@ REGISTRY: dict[str, Callable[[], Policy]] = {
     "pearl-colocated": PearlColocated,
     "pearl-no-borrow": PearlNoBorrow,
     "pearl-ungated": PearlUngated,
+    "ladder-expansion": LadderExpansion,
+    "ladder-pd": LadderPD,
 }
 _DISAGG = re.compile(r"pearl-disagg:(\d+):(\d+)")
 

@@ -46,3 +46,24 @@ class PearlNoBorrow(Pearl):
 class PearlUngated(Pearl):
     name: str = "pearl-ungated"
     borrow: BorrowMode = "always"
+
+
+# -- the ladder from RLBoost+ to PEARL (`pearl experiment ladder`): one mechanism per rung --
+@dataclass(frozen=True, slots=True)
+class LadderExpansion(Pearl):
+    """RLBoost+ with PEARL's inter-scale rebuilder: gated expansion, one group per
+    expansion admitted atomically; still colocated and budgeted borrowing as RLBoost+."""
+
+    name: str = "ladder-expansion"
+    borrow: BorrowMode = "budgeted"
+    adapt_pd: bool = False
+    modes: tuple[str, ...] = ("colocated",)
+
+
+@dataclass(frozen=True, slots=True)
+class LadderPD(Pearl):
+    """The rung above plus PEARL's PD decisions (mode and ratio by the decision engine);
+    borrowing still RLBoost+'s budgeted one. PEARL adds the gated borrow on top."""
+
+    name: str = "ladder-pd"
+    borrow: BorrowMode = "budgeted"

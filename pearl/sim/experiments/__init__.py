@@ -1,4 +1,5 @@
-"""The paper's evaluation, simulated: `e2e`, `ablation`, `sensitivity`, `ratio`.
+"""The paper's evaluation, simulated: `e2e`, `ablation`, `sensitivity`, `ratio`, and
+`facts` (the paper's §3 measurements of the world, reproduced).
 
 Each module has `run(cfg, ..., progress=None) -> ExperimentResult` (a markdown table, bar
 plots, and for some a role timeline of one run). `quick_kwargs(name)` shrinks an experiment
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pearl.sim.experiments import ablation, e2e, ratio, sensitivity
+from pearl.sim.experiments import ablation, e2e, facts, ratio, sensitivity
 from pearl.sim.experiments.common import BarPlot, ExperimentResult
 
 EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
@@ -18,6 +19,7 @@ EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
     "ablation": ablation.run,
     "sensitivity": sensitivity.run,
     "ratio": ratio.run,
+    "facts": facts.run,
 }
 
 QUICK: dict[str, dict[str, Any]] = {
@@ -30,6 +32,7 @@ QUICK: dict[str, dict[str, Any]] = {
         "duration_s": 400.0,
     },
     "ratio": {"budgets": (2,), "borrowed": 1, "num_steps": 1},
+    "facts": {"models": ("qwen3-8b",), "batches": (32,), "scaling_gpus": ()},
 }
 
 

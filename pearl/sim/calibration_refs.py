@@ -1,0 +1,228 @@
+"""The simulator's hardware model against published measurements of real engines and GPUs.
+
+Each `Reference` is one figure somebody measured on a real engine or GPU, with its source,
+the setting it was measured in, and a tolerance; `evaluate()` computes the same quantity
+with the simulated world's physics (`WorkerHardware` and `InferenceWorker`, never the
+decision engine's models) and says whether it falls within the tolerance. The table is
+printed by `python -m bench.sim_calibration` and pinned by tests/sim/test_calibration_refs.py.
+
+Where the measured setting is a serving benchmark (requests of fixed lengths kept at a
+fixed concurrency), the model runs the same closed loop on one simulated worker
+(`closed_loop_serving`), so prefill chunks interleave with decodes as in the benchmark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pearl.control.state import Role
+from pearl.sim.hardware import DEFAULT_EFFICIENCY, WorkerHardware
+from pearl.sim.inference import InferenceWorker
+from pearl.sim.inference_types import Completion, Request, WorkerConfig
+from pearl.specs import get_gpu, get_model
+
+# vLLM's own defaults per GPU class (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults,
+# vLLM 0.8-0.11): GPUs with >= 70 GiB that are not A100 get a 16,384-token budget and 1,024
+# sequences for the offline LLM class, 8,192 / 1,024 for the API server; other GPUs
+# 8,192 / 256 and 2,048 / 256.
+VLLM_API_SERVER_SMALL_GPU = WorkerConfig(max_batched_tokens=2048, max_num_seqs=256)
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """Outcome of a closed-loop serving benchmark on one simulated worker."""
+
+    concurrency: int
+    output_tokens_per_s: float  # all requests' generated tokens / wall time
+    mean_tpot_s: float  # per request: (end - first token) / (output tokens - 1)
+    mean_ttft_s: float
+
+
+def closed_loop_serving(
+    hw: WorkerHardware,
+    *,
+    concurrency: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    num_requests: int,
+    config: WorkerConfig | None = None,
+) -> Serving:
+    """`vllm bench serve --max-concurrency C --request-rate inf` with random prompts:
+    `concurrency` requests in flight, each `prompt_tokens` in and exactly `output_tokens`
+    out (no prefix hits: every request is its own trajectory); a finished request is
+    replaced at once until `num_requests` have been sent."""
+    w = InferenceWorker("bench", hw, Role.COLOCATED, config)
+    sent = 0
+    now = 0.0
+
+    def send(t: float) -> None:
+        nonlocal sent
+        w.submit(Request(sent, 0, prompt_tokens, output_tokens), t)
+        sent += 1
+
+    for _ in range(min(concurrency, num_requests)):
+        send(0.0)
+    done: list[Completion] = []
+    while len(done) < num_requests:
+        now = w.next_change_time_s()
+        for c in w.advance(now):
+            done.append(c)
+            if sent < num_requests:
+                send(c.t_end_s)
+    tokens = sum(c.generated_tokens for c in done)
+    end = max(c.t_end_s for c in done)
+    tpots = []
+    ttfts = []
+    for c in done:
+        assert c.t_prefill_end_s is not None
+        ttfts.append(c.t_prefill_end_s - c.t_submit_s)
+        if c.generated_tokens > 1:
+            tpots.append((c.t_end_s - c.t_prefill_end_s) / (c.generated_tokens - 1))
+    return Serving(
+        concurrency=concurrency,
+        output_tokens_per_s=tokens / end,
+        mean_tpot_s=sum(tpots) / len(tpots),
+        mean_ttft_s=sum(ttfts) / len(ttfts),
+    )
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One published figure, how the model computes the same quantity, and the tolerance.
+
+    `low`/`high`: the accepted range of model / measured (a ratio tolerance), or, for a
+    ceiling (`kind="ceiling"`), the model must not exceed the measured value."""
+
+    key: str
+    what: str
+    setting: str
+    source: str
+    measured: float
+    unit: str
+    model: Callable[[], float]
+    low: float = 0.85
+    high: float = 1.15
+    kind: str = "ratio"
+
+    def evaluate(self) -> Verdict:
+        value = self.model()
+        if self.kind == "ceiling":
+            ok = value <= self.measured
+            tol = "model <= measured"
+        else:
+            ratio = value / self.measured
+            ok = self.low <= ratio <= self.high
+            tol = f"model/measured in [{self.low:g}, {self.high:g}]"
+        return Verdict(self, value, ok, tol)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ref: Reference
+    value: float
+    ok: bool
+    tolerance: str
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.ref.measured
+
+    def row(self) -> dict[str, object]:
+        r = self.ref
+        return {
+            "figure": r.what,
+            "setting": r.setting,
+            "measured": r.measured,
+            "model": round(self.value, 4),
+            "unit": r.unit,
+            "model/measured": round(self.ratio, 3),
+            "tolerance": self.tolerance,
+            "verdict": "within" if self.ok else "MISS",
+            "source": r.source,
+        }
+
+
+# -- the references ---------------------------------------------------------------------------
+_BLOG_A100 = (
+    "J. Musgrave, 'vLLM throughput-latency sweep on NVIDIA A100' (johnmusgrave.com, "
+    "vLLM 0.23.0, `vllm bench serve`, random 1,024-token prompts, 128 output tokens, "
+    "--ignore-eos, C*20 prompts)"
+)
+_KINDS_H200 = (
+    "this workplace's H200 (device KINDS.md, 2026-10-28 and 2026-11-04): PyTorch, "
+    "8192^3 bf16 matmul on random data; device-to-device copy counting read + write"
+)
+
+
+def _a100_llama() -> WorkerHardware:
+    return WorkerHardware(get_model("llama-3.1-8b"), get_gpu("a100-40g"))
+
+
+def _serve(concurrency: int) -> Serving:
+    return closed_loop_serving(
+        _a100_llama(),
+        concurrency=concurrency,
+        prompt_tokens=1024,
+        output_tokens=128,
+        num_requests=20 * concurrency,
+        config=VLLM_API_SERVER_SMALL_GPU,
+    )
+
+
+def _decode_tok_s_c1() -> float:
+    return 1.0 / _serve(1).mean_tpot_s
+
+
+def _gain_c8() -> float:
+    return _serve(8).output_tokens_per_s / _serve(1).output_tokens_per_s
+
+
+def _efficiency(gpu: str, index: int) -> Callable[[], float]:
+    return lambda: DEFAULT_EFFICIENCY[gpu][index]
+
+
+REFERENCES: tuple[Reference, ...] = (
+    Reference(
+        key="decode_c1",
+        what="decode speed, one request at a time (1 / TPOT)",
+        setting="Llama-3.1-8B bf16, A100-40GB, vLLM API server",
+        source=_BLOG_A100 + ": 'about 75 tokens/sec, roughly 77% of the memory-bandwidth ceiling'",
+        measured=75.0,
+        unit="tok/s",
+        model=_decode_tok_s_c1,
+    ),
+    Reference(
+        key="gain_c8",
+        what="output throughput at concurrency 8 / at concurrency 1",
+        setting="same benchmark, 8 requests in flight",
+        source=_BLOG_A100 + ": 'a 6.6x gain with almost no latency cost' up to C=8",
+        measured=6.6,
+        unit="x",
+        model=_gain_c8,
+    ),
+    Reference(
+        key="compute_ceiling_h100",
+        what="end-to-end compute efficiency of the model (H100/H200 class) vs a large GEMM",
+        setting="fraction of the 989 TFLOP/s datasheet peak",
+        source=_KINDS_H200 + ": 769-798 TFLOP/s, i.e. at most 0.78-0.81 of peak",
+        measured=769.0 / 989.0,
+        unit="of peak",
+        model=_efficiency("h100-sxm", 0),
+        kind="ceiling",
+    ),
+    Reference(
+        key="memory_ceiling_h100",
+        what="memory efficiency of the model (H100/H200 class) vs a large device copy",
+        setting="fraction of the datasheet HBM bandwidth (4.8 TB/s on H200)",
+        source=_KINDS_H200 + ": about 4.3 TB/s, i.e. 0.90 of peak",
+        measured=4.3 / 4.8,
+        unit="of peak",
+        model=_efficiency("h100-sxm", 1),
+        kind="ceiling",
+    ),
+)
+
+
+def evaluate_all() -> list[Verdict]:
+    return [r.evaluate() for r in REFERENCES]
