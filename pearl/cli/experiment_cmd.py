@@ -1,4 +1,4 @@
-"""`pearl experiment e2e|ablation|sensitivity|ratio|facts`: the paper's evaluation and its
+"""`pearl experiment e2e|ablation|sensitivity|ratio|facts|ladder`: the paper's evaluation and its
 §3 measurements of the world, simulated."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from pearl.cli.common import console, err_console, guarded, print_json
 from pearl.errors import InputError
 
-NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts")
+NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("experiment")
     @guarded
     def experiment(
-        name: str = typer.Argument(..., help="e2e, ablation, sensitivity, ratio or facts."),
+        name: str = typer.Argument(..., help="e2e, ablation, sensitivity, ratio, facts or ladder."),
         out: Path = typer.Option(None, "--out", help="Write results.md, results.json, PNGs."),
         batch: int = typer.Option(None, "--batch", help="Rollout batch size (64)."),
         seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         elif quick:
             updates["rollout.batch_size"] = 16
         kwargs = quick_kwargs(name) if quick else {}
-        if name in ("e2e", "facts"):
+        if name in ("e2e", "facts", "ladder"):
             if duration is not None or quick:
                 updates["trace.duration_s"] = duration or 400.0
         elif name in ("ablation", "sensitivity") and duration is not None:

@@ -120,26 +120,36 @@ def expansion_gate(
     *,
     borrowing: bool = False,
     default_window_s: float = 1800.0,
+    handoff_s: float = 0.0,
 ) -> GateResult:
-    """Admit new preemptible GPUs iff saving x availability window > prep + finalisation.
+    """Admit new preemptible GPUs iff the rollout time they save while they serve exceeds
+    what the hand-off costs the workers already serving (paper §4.1.2, §4.5).
 
-    `expected_window_s` None (unknown) uses `default_window_s`. A non-positive or infinite
-    current makespan (nothing runs now, e.g. no feasible config) admits when any config
-    becomes feasible with the GPUs.
+    The new workers initialise and sync in the background (prep + finalisation, the EMA of
+    measured costs) while every other worker keeps serving, so that time is not lost: it
+    only shortens the time the GPUs serve. gain = saving x (window - init - sync); the cost
+    is `handoff_s`, what the serving workers lose at the admission (role changes, drains;
+    0 when the plan only adds workers). A window shorter than the initialisation gains
+    nothing. `expected_window_s` None (unknown) uses `default_window_s`. A non-positive or
+    infinite current makespan (nothing runs now, e.g. no feasible config) admits when any
+    config becomes feasible with the GPUs.
     """
-    cost = costs.expansion_cost_s(borrowing=borrowing)
+    init = costs.expansion_cost_s(borrowing=borrowing)
     window = default_window_s if expected_window_s is None else max(0.0, expected_window_s)
     if not makespan_now_s < float("inf") or makespan_now_s <= 0:
         ok = makespan_with_s < float("inf")
-        return GateResult(ok, float("inf") if ok else 0.0, cost, "no feasible config without them")
+        return GateResult(
+            ok, float("inf") if ok else 0.0, handoff_s, "no feasible config without them"
+        )
     saving = max(0.0, (makespan_now_s - makespan_with_s) / makespan_now_s)
-    gain = saving * window
-    verdict = ">" if gain > cost else "<="
+    serving = max(0.0, window - init)
+    gain = saving * serving
+    ok = gain > handoff_s
     reason = (
-        f"saving {saving:.1%} x window {window:.0f} s = {gain:.1f} s {verdict} "
-        f"init + weight sync {cost:.1f} s"
+        f"saving {saving:.1%} x ({window:.0f} s window - {init:.1f} s init + weight sync) = "
+        f"{gain:.1f} s {'>' if ok else '<='} hand-off {handoff_s:.1f} s"
     )
-    return GateResult(gain > cost, gain, cost, reason)
+    return GateResult(ok, gain, handoff_s, reason)
 
 
 def borrow_gate(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pearl.control import commands as cmd
+from pearl.control.plan import config_of
 from pearl.control.scheduler import SchedulerCore
 from pearl.control.state import Gpu, Status, Zone
 
@@ -45,8 +46,8 @@ class RebuilderMixin(SchedulerCore):
         """Expand onto the offered pool if the gate admits it and nothing else is pending."""
         if not self.offered or not self.policy.use_preemptible:
             return
-        if self.groups and not self.policy.admit_individually:
-            return  # one transition at a time; reconsidered when the group is admitted
+        if not self._may_start("expand"):
+            return  # reconsidered when the pending group is admitted
         pool = self._pool()
         n_now = self._budget(pool)
         new = list(self.offered.values())
@@ -55,7 +56,16 @@ class RebuilderMixin(SchedulerCore):
             return
         current = self.current_config()
         target = self.advisor.choose(n_new, current)
-        verdict = self.advisor.expansion(current, target, self.offer_window_s)
+        # The gate weighs what the offered GPUs add for as long as they stay, so it compares
+        # pools without borrowed training GPUs: those go back before the next update, and
+        # counting them made a borrow in progress decline every expansion (§4.5).
+        own = [g for g in pool if self._state.gpu(g).zone != Zone.OVERLAP]
+        if len(own) < len(pool):
+            own_now = config_of(self._state.view(own))
+            own_target = self.advisor.choose((len(own) + len(new)) // self.gpus_per_worker, own_now)
+            verdict = self.advisor.expansion(own_now, own_target, self.offer_window_s)
+        else:
+            verdict = self.advisor.expansion(current, target, self.offer_window_s)
         if not verdict.admit:
             self._decide(f"decline expansion to {target}: {verdict.reason}")
             return
@@ -64,6 +74,8 @@ class RebuilderMixin(SchedulerCore):
             del self.offered[g.gpu_id]
         pool = pool + [g.gpu_id for g in new]
         plan = self._plan(target, pool)
+        if plan is not None and not self._concurrent_plan_ok(plan):
+            plan = None  # it would reshape serving workers under a pending group: wait
         if plan is not None and plan.adds:
             self._decide(f"expand: -> {plan.target} ({verdict.reason})")
             self._execute(plan, "expand", urgent=False)

@@ -183,6 +183,24 @@ class SchedulerCore:
             self._decide(f"{kind}: -> {plan.target} ({plan.num_ops} ops)")
             self._execute(plan, kind, urgent=urgent)
 
+    def _may_start(self, kind: str) -> bool:
+        """Whether a new `kind` ("expand" or "borrow") group may start now. One expansion
+        and one borrow may initialise side by side (they add workers on disjoint GPUs, the
+        paper's two elastic paths, §4.5 and §4.6); anything else waits for the pending
+        groups: a second group of the same kind, a re-plan, or a group whose admission
+        will change the roles of serving workers (its plan assumed today's topology)."""
+        if self.policy.admit_individually:
+            return True
+        return all(
+            g.kind in ("expand", "borrow") and g.kind != kind and not g.deferred
+            for g in self.groups.values()
+        )
+
+    def _concurrent_plan_ok(self, plan: Plan) -> bool:
+        """A plan made while other groups are pending may only add workers: a role change
+        of a serving worker could contradict the pending group's own plan."""
+        return not self.groups or not plan.role_changes and not plan.removes
+
     def _execute(self, plan: Plan, kind: str, *, urgent: bool) -> Group | None:
         """Carry out `plan` (see module doc). Returns the new group, if any."""
         for op in plan.removes:

@@ -69,8 +69,8 @@ class ToggleMixin(RebuilderMixin):
             del self.idle_until[g]
         if not cands or self.policy.borrow == "never":
             return
-        if self.groups and not self.policy.admit_individually:
-            return  # one transition at a time; reconsidered at admission
+        if not self._may_start("borrow"):
+            return  # reconsidered when the pending group is admitted
         window_s = min(self.idle_until[g] for g in cands) - self.now_s
         pool = self._pool()
         n_now = self._budget(pool)
@@ -87,6 +87,8 @@ class ToggleMixin(RebuilderMixin):
         before = self._state
         self._state = self._state.with_gpus(new)
         plan = self._plan(target, pool + cands)
+        if plan is not None and not self._concurrent_plan_ok(plan):
+            plan = None  # it would reshape serving workers under a pending group: wait
         added = {gid for a in (plan.adds if plan else ()) for gid in a.gpu_ids}
         used = sorted(added.intersection(cands))  # the plan may also refill free held GPUs
         if plan is None or not used:

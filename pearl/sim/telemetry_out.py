@@ -194,6 +194,12 @@ def summarise(world: Any, log: Any, duration_s: float) -> dict[str, Any]:
             else 0.0
         ),
         "training_wait_for_gpus_s": world.trainer.wait_for_gpus_s,
+        "training_busy_gpu_hours": world.trainer.busy_s(duration_s)
+        * len(world.trainer.gpu_ids)
+        / 3600.0,
+        "transition_gpu_hours": _transition_gpu_s(log.history, duration_s) / 3600.0
+        if log.history
+        else None,
         "gpu_hours": {
             **{z: s / 3600.0 for z, s in sorted(gpu_s.items())},
             "total": sum(gpu_s.values()) / 3600.0,
@@ -202,6 +208,17 @@ def summarise(world: Any, log: Any, duration_s: float) -> dict[str, Any]:
         "num_events": log.num_events,
         "num_commands": log.num_commands,
     }
+
+
+def _transition_gpu_s(history: list[tuple[float, Any]], until_s: float) -> float:
+    """GPU-seconds held by workers that serve nothing (initialising, draining, inactive),
+    from the controller's state after each change."""
+    total = 0.0
+    for (t0, state), nxt in zip(history, [*history[1:], (until_s, None)], strict=True):
+        dt = max(0.0, min(nxt[0], until_s) - t0)
+        if dt:
+            total += dt * sum(len(w.gpu_ids) for w in state.workers if w.status.value != "active")
+    return total
 
 
 def safe_name(policy: str) -> str:

@@ -1,5 +1,6 @@
 """The paper's evaluation, simulated: `e2e`, `ablation`, `sensitivity`, `ratio`, and
-`facts` (the paper's §3 measurements of the world, reproduced).
+`facts` (the paper's §3 measurements of the world, reproduced), `ladder` (ROLL -> RLBoost+
+-> PEARL one mechanism a rung, and where PEARL's lost capacity goes).
 
 Each module has `run(cfg, ..., progress=None) -> ExperimentResult` (a markdown table, bar
 plots, and for some a role timeline of one run). `quick_kwargs(name)` shrinks an experiment
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pearl.sim.experiments import ablation, e2e, facts, ratio, sensitivity
+from pearl.sim.experiments import ablation, e2e, facts, ladder, ratio, sensitivity
 from pearl.sim.experiments.common import BarPlot, ExperimentResult
 
 EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
@@ -20,6 +21,7 @@ EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
     "sensitivity": sensitivity.run,
     "ratio": ratio.run,
     "facts": facts.run,
+    "ladder": ladder.run,
 }
 
 QUICK: dict[str, dict[str, Any]] = {
@@ -33,6 +35,7 @@ QUICK: dict[str, dict[str, Any]] = {
     },
     "ratio": {"budgets": (2,), "borrowed": 1, "num_steps": 1},
     "facts": {"models": ("qwen3-8b",), "batches": (32,), "scaling_gpus": ()},
+    "ladder": {"models": ("qwen3-8b",), "traces": ("seg1",), "rungs": ("rlboost+", "pearl")},
 }
 
 
