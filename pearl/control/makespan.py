@@ -11,7 +11,8 @@ profile's size B_obs; for a batch of B its excess over the mean trajectory is sc
 
 * prefill of a turn `t_pf = a + (b_p + c_attn*K) * (n_p + n_c*(1-h))`, where `n_p` tokens
   per turn are new to the trajectory and `n_c` is the reusable prefix (the rest of the
-  context), and `h = 1 - exp(-c_mode * r^2)` is the share of it the prefix caches serve,
+  context), and `h = depth * (1 - exp(-c_mode * r^2))` is the share of it the prefix
+  caches serve (`depth`: how much of the reusable prefix a hit serves, learned),
   with `r = W*H_max / (B*K_seq)` the room of the caches of the W workers that prefill (all
   N colocated, the p prefill workers) over the batch's working set: a cache too small for
   the batch's contexts evicts them (LRU over a larger working set mostly misses), and
@@ -121,6 +122,7 @@ class _Workload:
     hit_coeff_colocated: float
     decode_saturation_seqs: float
     hit_coeff_disaggregated: float
+    hit_depth: float
 
 
 def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) -> _Workload:
@@ -177,6 +179,7 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         hit_coeff_colocated=profile.cache_hit_coeff_colocated,
         decode_saturation_seqs=hw.decode_saturation_seqs,
         hit_coeff_disaggregated=profile.cache_hit_coeff_disaggregated,
+        hit_depth=min(max(profile.prefix_hit_depth, 0.0), 1.0),
     )
 
 
@@ -200,9 +203,9 @@ def _prefill(
     room = cache_workers * w.h_max
     if w.working_set > 0:
         r = room / w.working_set
-        hit = 1.0 - np.exp(-hit_coeff * r * r)
+        hit = w.hit_depth * (1.0 - np.exp(-hit_coeff * r * r))
     else:
-        hit = np.ones_like(room)
+        hit = np.full_like(room, w.hit_depth)
     per_token = w.prefill_b + w.prefill_c * w.ctx
     t_pf = w.step_a + per_token * (w.n_new + w.n_cached * (1.0 - hit))
     tail = w.tail_turns * w.step_a + per_token * (

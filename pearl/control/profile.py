@@ -212,8 +212,10 @@ class WorkloadProfile:
     environment (it reduces decode concurrency, paper §4.3.1).
     `new_prefill_tokens_per_turn` counts tokens new to the trajectory (context growth), and
     `cached_prefix_tokens_per_turn` the reusable rest of the context, whether or not a
-    cache served it in the telemetry; `cache_hit_coeff_*` (c in `h = 1 - exp(-c*r^2)`, see
-    `pearl.control.makespan`) say how much of it prefix caches served per mode.
+    cache served it in the telemetry; `cache_hit_coeff_*` (c in `h = depth*(1 - exp(-c*r^2))`,
+    see `pearl.control.makespan`) say how often prefix caches served it per mode, and
+    `prefix_hit_depth` how much of it a hit serves (1: all of it; an agent that re-renders
+    its history each turn keeps only the part before the first change reusable).
     """
 
     hardware: HardwarePrior
@@ -238,6 +240,7 @@ class WorkloadProfile:
     turn_overhead_s: float = 0.0
     cache_hit_coeff_colocated: float = 1.0
     cache_hit_coeff_disaggregated: float = 1.0
+    prefix_hit_depth: float = 1.0
     num_steps: int = 0
     num_turns: int = 0
     step_fit: FitQuality = FitQuality()
@@ -270,7 +273,10 @@ class WorkloadProfile:
             "kv_fit": FitQuality,
         }
         kwargs: dict[str, Any] = {}
+        optional = {"prefix_hit_depth"}  # added later: profiles written before keep 1.0
         for f in fields(cls):
+            if f.name not in doc and f.name in optional:
+                continue
             if f.name not in doc:
                 raise ProfileError(source, "missing", field=f.name)
             if f.name in sub:

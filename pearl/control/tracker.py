@@ -228,6 +228,9 @@ def workload_stats(
     gaps = _orchestration_gaps(by_traj.values())
     if gaps:
         stats["turn_overhead_s"] = float(np.mean(gaps))
+    depth = _prefix_hit_depth(turns, own)
+    if depth is not None:
+        stats["prefix_hit_depth"] = depth
     if hardware is not None:
         coeff = _cache_hit_coeff(turns, own, stats, hardware)
         if coeff is not None:
@@ -252,6 +255,18 @@ def _own_tokens(rs: Sequence[TurnRecord]) -> list[tuple[TurnRecord, int]]:
     return out
 
 
+def _prefix_hit_depth(turns: Sequence[TurnRecord], own: dict[int, float]) -> float | None:
+    """Of the reusable prefix of the turns that did hit a cache, the share served: how
+    deep a hit goes (None when no turn with a reusable prefix hit)."""
+    reusable = served = 0.0
+    for t in turns:
+        r = t.context_tokens - own[id(t)]
+        if r > 0 and t.cached_prefix_tokens > 0:
+            reusable += r
+            served += min(t.cached_prefix_tokens, r)
+    return float(np.clip(served / reusable, 0.01, 1.0)) if reusable > 0 else None
+
+
 def _cache_hit_coeff(
     turns: Sequence[TurnRecord],
     own: dict[int, float],
@@ -261,7 +276,7 @@ def _cache_hit_coeff(
     """Fit the prefix-cache hit curve of the step's mode (paper-notes §6.1), or None.
 
     The makespan model predicts the share of the reusable prefix that caches serve as
-    `h = 1 - exp(-c * r^2)`, where `r = W * H_max / (B * K_seq)` is the cache room of the W
+    `h = depth * (1 - exp(-c * r^2))` (`depth`: `_prefix_hit_depth`), where `r = W * H_max / (B * K_seq)` is the cache room of the W
     workers that prefill (observed: distinct prefill workers) over the batch's working set
     (LRU over a working set larger than the cache mostly misses, hence the steep start).
     From the observed hit share `h` this gives `c = -ln(1 - h) / r^2`; steps whose caches
@@ -275,7 +290,7 @@ def _cache_hit_coeff(
     )
     if reusable <= 0 or h_max <= 0 or working_set <= 0:
         return None
-    hit = served / reusable
+    hit = served / reusable / stats.get("prefix_hit_depth", 1.0)
     num_workers = len({t.prefill_worker for t in turns})
     r = num_workers * h_max / working_set
     if not 0.0 < hit < 0.97:

@@ -177,14 +177,18 @@ def test_own_tokens_and_reusable_prefix_do_not_depend_on_cache_hits():
     assert s_hit["tail_new_prefill_tokens"] == s_miss["tail_new_prefill_tokens"] == 4000
 
 
-@pytest.mark.parametrize("share", [0.2, 0.5, 0.8])
+@pytest.mark.parametrize("share", [0.25, 0.5, 0.75])
 def test_cache_hit_coefficient_inverts_the_hit_curve(share):
-    """c = -ln(1 - h) / r^2 with r = W*H_max / (B*K_seq): plugged back into the makespan
-    model's curve, it reproduces the observed hit share at the observed room."""
+    """c = -ln(1 - h/depth) / r^2 with r = W*H_max / (B*K_seq): plugged back into the
+    makespan model's curve, it reproduces the observed hit share at the observed room.
+    Here a share of the trajectories hits fully (depth 1) and the rest misses."""
+    hits = round(8 * share)
     turns = [t for i in range(8) for t in
-             growing_traj(f"t{i}", 4, worker=f"w{i % 2}", own=30000, cached_share=share)]  # fmt: skip
+             growing_traj(f"t{i}", 4, worker=f"w{i % 2}", own=30000,
+                          cached_share=1.0 if i < hits else 0.0)]  # fmt: skip
     s = workload_stats(turns, HW)
     c = s["cache_hit_coeff_colocated"]
+    assert s["prefix_hit_depth"] == pytest.approx(1.0)
     assert "cache_hit_coeff_disaggregated" not in s
     r = 2 * HW.kv_capacity_tokens() / (8 * (s["context_tokens_mean"] + 100))
     served = sum(t.cached_prefix_tokens for t in turns)
@@ -192,9 +196,21 @@ def test_cache_hit_coefficient_inverts_the_hit_curve(share):
     assert 0.5 < r < 2.0  # the room is in the informative range
     assert 1 - math.exp(-c * r * r) == pytest.approx(served / reusable, rel=1e-6)
     dis = [t for i in range(8) for t in growing_traj(
-        f"t{i}", 4, worker="wp", own=30000, cached_share=share, roles=("prefill", "decode"))
+        f"t{i}", 4, worker="wp", own=30000, cached_share=1.0 if i < hits else 0.0,
+        roles=("prefill", "decode"))
     ]  # fmt: skip
     assert "cache_hit_coeff_disaggregated" in workload_stats(dis, HW)
+
+
+@pytest.mark.parametrize("share", [0.2, 0.5])
+def test_prefix_hit_depth_is_the_share_a_hit_serves(share):
+    """Every turn hits but serves only `share` of its reusable prefix (a re-rendered
+    history): the depth is that share, and the hits carry no room information."""
+    turns = [t for i in range(8) for t in
+             growing_traj(f"t{i}", 4, worker=f"w{i % 2}", own=30000, cached_share=share)]  # fmt: skip
+    s = workload_stats(turns, HW)
+    assert s["prefix_hit_depth"] == pytest.approx(share, rel=1e-3)
+    assert "cache_hit_coeff_colocated" not in s
 
 
 def test_full_hits_carry_no_cache_information():
