@@ -199,7 +199,7 @@ class SchedulerCore:
     def _concurrent_plan_ok(self, plan: Plan) -> bool:
         """A plan made while other groups are pending may only add workers: a role change
         of a serving worker could contradict the pending group's own plan."""
-        return not self.groups or not plan.role_changes and not plan.removes
+        return not self.groups or (not plan.role_changes and not plan.removes)
 
     def _execute(self, plan: Plan, kind: str, *, urgent: bool) -> Group | None:
         """Carry out `plan` (see module doc). Returns the new group, if any."""

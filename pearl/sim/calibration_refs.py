@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from pearl.control.state import Role
 from pearl.sim.hardware import DEFAULT_EFFICIENCY, WorkerHardware
@@ -159,6 +160,7 @@ def _a100_llama() -> WorkerHardware:
     return WorkerHardware(get_model("llama-3.1-8b"), get_gpu("a100-40g"))
 
 
+@cache
 def _serve(concurrency: int) -> Serving:
     return closed_loop_serving(
         _a100_llama(),

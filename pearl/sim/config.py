@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pearl.errors import InputError
+
+if TYPE_CHECKING:
+    from pearl.sim.inference_types import WorkerConfig
 
 
 class _Model(BaseModel):
@@ -66,7 +69,7 @@ class EngineConfig(_Model):
     )
     max_num_seqs: int | None = Field(None, ge=1, description="Running requests per worker.")
 
-    def worker_config(self, gpu_memory_gb: float, gpu_name: str) -> Any:
+    def worker_config(self, gpu_memory_gb: float, gpu_name: str) -> WorkerConfig:
         from pearl.sim.inference_types import vllm_defaults
 
         base = vllm_defaults(gpu_memory_gb, gpu_name)

@@ -38,7 +38,7 @@ from pearl.sim.bound import (
 )
 from pearl.sim.config import SimConfig, dump_config
 from pearl.sim.driver import Driver, DriverLog
-from pearl.sim.playback import TraceAction, playback_actions
+from pearl.sim.playback import TraceAction, live_gpu_seconds, playback_actions
 from pearl.sim.telemetry_out import decision_docs, rounded, safe_name, summarise, write_outputs
 from pearl.sim.world import World
 
@@ -120,21 +120,13 @@ def trace_actions(cfg: SimConfig) -> tuple[list[TraceAction], float, str]:
 
 def fixed_pool_size(cfg: SimConfig) -> int:
     """ROLL-Large's pool (paper §6.1): the reserved GPUs plus the time-weighted mean of the
-    trace's preemptible GPUs over the run (capped like the offers), rounded half up.
-    A static budget is its own pool."""
-    t = cfg.trace
-    if t.static_gpus is not None:
-        return t.static_gpus
-    from pearl.traces import load_trace
-
-    trace = load_trace(t.trace)
-    duration = min(t.duration_s or trace.duration_s, trace.duration_s)
-    cap = cfg.cluster.max_preemptible_gpus
-    levels = [(ts, min(cap, n)) for ts, n in trace.levels() if ts < duration]
-    total = 0.0
-    for (t0, n), nxt in zip(levels, [*levels[1:], (duration, 0)], strict=True):
-        total += n * (nxt[0] - t0)
-    return cfg.cluster.num_dedicated_gpus + math.floor(total / duration + 0.5)
+    preemptible GPUs the trace's playback offers over the run (capped like the offers),
+    rounded half up. A static budget is its own pool."""
+    if cfg.trace.static_gpus is not None:
+        return cfg.trace.static_gpus
+    actions, duration, _ = trace_actions(cfg)
+    mean = live_gpu_seconds(actions, duration) / duration
+    return cfg.cluster.num_dedicated_gpus + math.floor(mean + 0.5)
 
 
 # -- one policy ---------------------------------------------------------------------------------

@@ -22,12 +22,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from pearl.sim.bound import train_step_s
 from pearl.sim.calibration import batch_mix, critical_path
 from pearl.sim.config import SimConfig
 from pearl.sim.experiments.common import ExperimentResult
 from pearl.sim.hardware import WorkerHardware
 from pearl.sim.runner import Progress, default_jobs, run_simulation
-from pearl.sim.trainer import step_time_s
 from pearl.sim.workload import TrajectorySampler
 from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
@@ -99,25 +99,21 @@ def pd_point(cfg: SimConfig, model: str, batch: int, *, progress=None) -> PdPoin
 
 def unlimited_pool(cfg: SimConfig, seeds: int = 8) -> tuple[float, float]:
     """(mean over seeds of the unlimited-pool batch makespan, the trainer's step time for
-    the mean batch) for the configured model, GPU, batch and workload."""
-    model, gpu = get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu)
-    hw = WorkerHardware(model, gpu, cfg.cluster.gpus_per_worker)
+    the mean batch, `pearl.sim.bound.train_step_s`) for the configured model, GPU, batch
+    and workload."""
+    hw = WorkerHardware(
+        get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu), cfg.cluster.gpus_per_worker
+    )
     spec = WorkloadSpec.model_validate(
         {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
     )
-    spans, tokens = [], []
-    for s in range(seeds):
-        batch = TrajectorySampler(spec, cfg.seed + s).batch(cfg.rollout.batch_size)
-        spans.append(critical_path(batch, hw).makespan_s)
-        tokens.append(sum(t.total_tokens for t in batch))
-    train = step_time_s(
-        cfg.trainer,
-        num_tokens=round(statistics.fmean(tokens)),
-        active_params=model.active_params,
-        num_gpus=cfg.cluster.num_training_gpus,
-        peak_flops_per_s=gpu.flops_per_s,
-    )
-    return statistics.fmean(spans), train
+    spans = [
+        critical_path(
+            TrajectorySampler(spec, cfg.seed + s).batch(cfg.rollout.batch_size), hw
+        ).makespan_s
+        for s in range(seeds)
+    ]
+    return statistics.fmean(spans), train_step_s(cfg)
 
 
 def _row(fact: str, paper: str, sim: str, tolerance: str, ok: bool, how: str) -> dict[str, Any]:
@@ -184,7 +180,7 @@ def run(
             f"{train:.0f} s",
             "+-10%",
             abs(train / 163.8 - 1) <= 0.10,
-            "pearl.sim.trainer.step_time_s",
+            "pearl.sim.bound.train_step_s",
         )
     )
     # §3.2 colocated prefill share (Qwen3-30B-A3B)
