@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny grid, no BENCHMARKS.md update")
     args = ap.parse_args(argv)
-    budgets, batches = ((2,), (8,)) if args.quick else ((4, 8, 12), (32, 64))
+    # the grid of issue 13: budgets 4-16 GPUs, batches 32-128
+    budgets, batches = ((2,), (8,)) if args.quick else ((4, 8, 12, 16), (32, 64, 96, 128))
     sections = []
     for model in ("qwen3-8b",) if args.quick else ("qwen3-8b", "qwen3-30b-a3b"):
         cfg = SimConfig().with_updates(**{"cluster.model": model})

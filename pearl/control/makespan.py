@@ -19,9 +19,12 @@ profile's size B_obs; for a batch of B its excess over the mean trajectory is sc
   evicted prefixes are prefilled again (paper-notes §6.1). `c_mode` (colocated and
   disaggregated apart) is fitted by the tracker from observed hit shares; KV of a turn
   `t_kv = lat + K*kv_bytes*s`;
-* decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, H_max/K_dec)`:
+* decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, S)`:
   trajectories waiting on the environment do not decode, trajectories that finished early
-  (they run T of the tail's T_tail turns) no longer do, and KV memory caps the batch;
+  (they run T of the tail's T_tail turns) no longer do, and KV memory caps the batch at
+  `S = (H_max - K_seq)/K_dec` *seats* (admission is FIFO and allocates whole contexts, so
+  about one sequence's KV stays free at the head of the line; `H_max` is the KV pool the
+  engines report in telemetry, else the hardware prior's estimate);
   disaggregated, a turn being prefilled or moving its KV holds no decode slot either, so
   `b` is further scaled by `D/(D + t_pf + t_kv)` with `D = n_d*t_step(b)` (a few
   fixed-point iterations);
@@ -33,20 +36,28 @@ Two bounds, the makespan is the larger (both are lower bounds of a real schedule
 * **throughput bound**: a worker's total work over its capacity (decode busy time
   `D_w = B*T*n_d/N / b * t_step`);
 * **critical path** of the tail trajectory, including the bubbles other work puts in its
-  way. Other work interrupts it at utilisation `P/M` (P: the interfering work per worker,
-  M: the makespan), so `M = A + C*M/(M-P)`, where C is the interrupted part and A the rest;
-  the larger root of `M^2 - (A+P+C)M + AP = 0` solves it in closed form (it grows with A,
-  P and C).
+  way. Where work queues for a worker (the disaggregated prefill queue) it waits at
+  utilisation `P/M` (P: the interfering work per worker, M: the makespan), so
+  `M = A + C*M/(M-P)`, where C is the waiting part and A the rest; the larger root of
+  `M^2 - (A+P+C)M + AP = 0` solves it in closed form (it grows with A, P and C).
+  Where KV seats are the bottleneck, each of a worker's `n = B/N * T/T_tail` live
+  trajectories holds a seat for `s` seconds per turn, so a turn's cycle is at least
+  `n*s/S` (the response-time law of a closed system): the path is at least
+  `T_tail * n * s / S`.
 
-Colocated (N workers): prefill and decode serialise on shared GPUs. Throughput bound
-`P_w + D_w` (per-worker prefill and decode busy time); on the critical path other
-trajectories' prefills interrupt the tail's decode (C = `D_tail*t_step`, P = `P_w`,
-A = its own prefills + `E_tail`).
+Colocated (N workers): prefill and decode share iterations on the same GPUs (chunked
+prefill). Throughput bound `max(P_w + D_w, ((B/N - 1)*T + T_tail) * s / S)`: per-worker
+prefill and decode busy time, and the seat time of the tail's worker (trajectories stay
+on the worker that holds their prefix); a decode token costs a mean iteration, the decode
+step stretched by the prefill riding in it: `t_tok = t_step * (1 + P_w/D_w)`, and a turn
+holds its seat for `s = t_pf + n_d*t_tok`. Critical path: the tail's own prefills,
+`D_tail*t_tok` and `E_tail`, or the seat path if longer.
 
 Disaggregated (p prefill, d decode): the two paths run concurrently. Prefill path
 `max(prefill work, KV link time) / p`; decode path `max(D_d, D_tail*t_step)`; on the
 critical path the tail's prefills queue behind others' (C = its prefill time, P = prefill
-path), then its KV transfers (`T_tail*t_kv`), decode and environment add up.
+path), then its KV transfers (`T_tail*t_kv`), decode and environment add up; or the seat
+path of the decode workers (`s = n_d*t_step`) if longer.
 
 Feasibility (paper §4.2): a worker's weights fit its GPUs; one trajectory's context fits a
 worker's KV memory (prefill workers stage whole contexts); disaggregation needs decode KV
@@ -166,7 +177,7 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         k_seq=ctx + n_d,
         env_s=profile.env_s_per_turn_mean,
         wait=min(max(profile.env_wait_fraction, 0.0), 0.99),
-        h_max=hw.kv_capacity_tokens(num_gpus_per_worker),
+        h_max=profile.kv_capacity(num_gpus_per_worker),
         weights_fit=hw.weights_fit(num_gpus_per_worker),
         weight_gb=hw.weight_bytes / 1e9,
         mem_gb=hw.worker_memory_bytes(num_gpus_per_worker) / 1e9,
@@ -214,6 +225,23 @@ def _prefill(
     return t_pf, tail, hit
 
 
+def _seats(w: _Workload) -> float:
+    """Sequences a worker's KV holds at once: admission is FIFO and allocates a whole
+    context, so about one sequence's worth (`K_seq`) stays free at the head of the line."""
+    if w.h_max <= 0:
+        return 1.0
+    return max(1.0, (w.h_max - w.k_seq) / w.ctx_dec)
+
+
+def _seat_path(w: _Workload, workers: np.ndarray, seat_s: np.ndarray) -> np.ndarray:
+    """The tail's critical path when KV seats are the bottleneck: each of the worker's live
+    trajectories cycles through a seat it holds `seat_s` per turn, so a turn's cycle is at
+    least `n * seat_s / seats` (the response-time law of a closed system), for the tail's
+    `T_tail` turns."""
+    alive = w.batch / np.asarray(workers, dtype=float) * w.live
+    return w.tail_turns * alive * seat_s / _seats(w)
+
+
 def _step_s(w: _Workload, b: np.ndarray) -> np.ndarray:
     return w.step_a + w.step_b * np.minimum(b, w.decode_saturation_seqs) + w.step_c * b * w.ctx_dec
 
@@ -222,7 +250,7 @@ def _decode(
     w: _Workload, workers: np.ndarray, away_s: np.ndarray | float = 0.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-worker decode concurrency, iteration time and busy time for `workers` workers."""
-    cap = max(1.0, w.h_max / w.ctx_dec) if w.h_max > 0 else 1.0
+    cap = _seats(w)
     full = w.batch / np.asarray(workers, dtype=float) * (1.0 - w.wait) * w.live
     b = np.clip(full, 1.0, cap)
     for _ in range(4 if np.any(np.asarray(away_s) > 0) else 0):
@@ -240,16 +268,25 @@ def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
     prefill = w.batch * w.turns * t_pf / n
     b, t_step, decode = _decode(w, n)
     tput = prefill + decode
-    own_decode = w.tail_decode_tokens * t_step
+    # Chunked prefill rides in the decodes' iterations: a decode token costs a mean
+    # iteration, the decode step stretched by the worker's prefill time per decode time.
+    t_token = t_step * (1.0 + prefill / np.maximum(decode, 1e-9))
+    own_decode = w.tail_decode_tokens * t_token
     env = w.tail_env_s
-    crit = _interrupted_path(own_prefill + env, own_decode, prefill)
+    seat_s = t_pf + w.n_d * t_token  # a turn holds its KV from admission to its last token
+    crit = np.maximum(own_prefill + own_decode + env, _seat_path(w, n, seat_s))
+    # Trajectories stay on their worker (prefix affinity): the tail's worker serves the
+    # tail's turns and its other trajectories' through its KV seats.
+    others = np.maximum(w.batch / n - 1.0, 0.0) * w.turns
+    tput = np.maximum(tput, (others + w.tail_turns) * seat_s / _seats(w))
     return {
         "makespan_s": np.maximum(tput, crit),
         "throughput_bound_s": tput,
         "critical_path_s": crit,
         "prefill_s": prefill,
         "decode_s": decode,
-        "interference_s": crit - own_prefill - own_decode - env,
+        "interference_s": w.tail_decode_tokens * (t_token - t_step),
+        "kv_wait_s": crit - own_prefill - own_decode - env,
         "env_s": np.full_like(n, env),
         "tail_turns": np.full_like(n, w.tail_turns),
         "prefix_hit_share": hit,
@@ -271,7 +308,10 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
     decode_path = np.maximum(decode, own_decode)
     kv = w.tail_turns * w.t_kv
     env = w.tail_env_s
-    crit = _interrupted_path(kv + own_decode + env, own_prefill, prefill_path)
+    crit = np.maximum(
+        _interrupted_path(kv + own_decode + env, own_prefill, prefill_path),
+        _seat_path(w, d, w.n_d * t_step),
+    )
     tput = np.maximum(prefill_path, decode)
     return {
         "makespan_s": np.maximum(tput, crit),

@@ -216,6 +216,8 @@ class WorkloadProfile:
     see `pearl.control.makespan`) say how often prefix caches served it per mode, and
     `prefix_hit_depth` how much of it a hit serves (1: all of it; an agent that re-renders
     its history each turn keeps only the part before the first change reusable).
+    `kv_capacity_tokens` is a worker's KV pool as its engine reported it (telemetry), 0 when
+    no engine said: then `kv_capacity()` falls back to the hardware prior's estimate.
     """
 
     hardware: HardwarePrior
@@ -241,6 +243,7 @@ class WorkloadProfile:
     cache_hit_coeff_colocated: float = 1.0
     cache_hit_coeff_disaggregated: float = 1.0
     prefix_hit_depth: float = 1.0
+    kv_capacity_tokens: float = 0.0
     num_steps: int = 0
     num_turns: int = 0
     step_fit: FitQuality = FitQuality()
@@ -250,6 +253,21 @@ class WorkloadProfile:
     def prior(cls, hardware: HardwarePrior, **workload: float) -> WorkloadProfile:
         """A profile from priors only (before any telemetry): roofline perf, SWE defaults."""
         return cls(hardware=hardware, perf=hardware.perf_prior(), **workload)  # type: ignore[arg-type]
+
+    def kv_capacity(self, num_gpus_per_worker: int) -> float:
+        """H_max of a worker of `num_gpus_per_worker` GPUs: the reported pool (workers of the
+        prior's size), rescaled through the memory per GPU it implies for other sizes; the
+        prior's estimate when no engine reported one."""
+        hw = self.hardware
+        if self.kv_capacity_tokens <= 0:
+            return hw.kv_capacity_tokens(num_gpus_per_worker)
+        if num_gpus_per_worker == hw.gpus_per_worker:
+            return self.kv_capacity_tokens
+        per_gpu = (
+            self.kv_capacity_tokens * hw.kv_bytes_per_token + hw.weight_bytes
+        ) / hw.gpus_per_worker
+        free = num_gpus_per_worker * per_gpu - hw.weight_bytes
+        return max(0.0, free / hw.kv_bytes_per_token)
 
     @property
     def prefix_hit_rate(self) -> float:
@@ -273,7 +291,11 @@ class WorkloadProfile:
             "kv_fit": FitQuality,
         }
         kwargs: dict[str, Any] = {}
-        optional = {"prefix_hit_depth"}  # added later: profiles written before keep 1.0
+        # added later: profiles written before keep the defaults
+        optional = {
+            "prefix_hit_depth",
+            "kv_capacity_tokens",
+        }
         for f in fields(cls):
             if f.name not in doc and f.name in optional:
                 continue

@@ -131,6 +131,8 @@ class WorkerStepRecord:
     decoding sequence); `context_tokens` the KV tokens the decoding sequences attended to (the
     sum of their context lengths); `step_time_s` the iteration's wall time. Producers may
     sample iterations (e.g. every 16th); fits only need a representative sample.
+    `kv_capacity_tokens` (optional) is the worker's KV pool in tokens as its engine sized it
+    at start (vLLM logs it as its GPU KV cache size); None when the producer does not know.
     """
 
     worker_id: str
@@ -142,6 +144,7 @@ class WorkerStepRecord:
     decode_tokens: int
     context_tokens: int
     step_time_s: float
+    kv_capacity_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _check_record(self)
@@ -193,6 +196,9 @@ def _check_record(rec: Record) -> None:
     if type(rec) is not TurnRecord or not _turn_fields_plain(rec):
         _check_fields(rec, bad)
     if isinstance(rec, WorkerStepRecord):
+        cap = rec.kv_capacity_tokens
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise bad("kv_capacity_tokens", f"expected an integer >= 0 or null, got {cap!r}")
         if rec.role not in _ROLES:
             raise bad("role", f"unknown role {rec.role!r} (use {', '.join(_ROLES)})")
         return

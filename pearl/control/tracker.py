@@ -65,11 +65,15 @@ class RuntimeTracker:
         """Fold one rollout step's telemetry into the profile and return the new profile."""
         old = self._profile
         a = self.alpha
-        stats = workload_stats(turns, self.hardware)
+        caps = [r.kv_capacity_tokens for r in worker_steps if r.kv_capacity_tokens]
+        kv_capacity = float(np.median(caps)) if caps else old.kv_capacity_tokens
+        stats = workload_stats(turns, self.hardware, kv_capacity)
         first = old.num_turns == 0  # no turn seen yet: the statistics are still the prior's
         upd: dict[str, float] = {}
         for name, value in stats.items():
             upd[name] = value if first else a * value + (1 - a) * getattr(old, name)
+        if caps:  # a fact the engines report, not a statistic: the latest report stands
+            upd["kv_capacity_tokens"] = kv_capacity
         base = old.perf.scaled(self._prior_perf.gpus_per_worker)
         ctx_obs = stats.get("context_tokens_mean", 0.0) if turns else 0.0
         perf, step_q = self._fit_iterations(worker_steps, ctx_obs)
@@ -174,7 +178,9 @@ class RuntimeTracker:
 
 
 def workload_stats(
-    turns: Sequence[TurnRecord], hardware: HardwarePrior | None = None
+    turns: Sequence[TurnRecord],
+    hardware: HardwarePrior | None = None,
+    kv_capacity_tokens: float = 0.0,
 ) -> dict[str, float]:
     """One step's workload statistics (empty dict when there are no turns).
 
@@ -232,7 +238,7 @@ def workload_stats(
     if depth is not None:
         stats["prefix_hit_depth"] = depth
     if hardware is not None:
-        coeff = _cache_hit_coeff(turns, own, stats, hardware)
+        coeff = _cache_hit_coeff(turns, own, stats, hardware, kv_capacity_tokens)
         if coeff is not None:
             stats[coeff[0]] = coeff[1]
     if env.size:
@@ -272,6 +278,7 @@ def _cache_hit_coeff(
     own: dict[int, float],
     stats: dict[str, float],
     hardware: HardwarePrior,
+    kv_capacity_tokens: float = 0.0,
 ) -> tuple[str, float] | None:
     """Fit the prefix-cache hit curve of the step's mode (paper-notes §6.1), or None.
 
@@ -284,7 +291,7 @@ def _cache_hit_coeff(
     """
     reusable = sum(t.context_tokens - own[id(t)] for t in turns)
     served = sum(min(t.cached_prefix_tokens, t.context_tokens - own[id(t)]) for t in turns)
-    h_max = hardware.kv_capacity_tokens(hardware.gpus_per_worker)
+    h_max = kv_capacity_tokens or hardware.kv_capacity_tokens(hardware.gpus_per_worker)
     working_set = stats["batch_size"] * (
         stats["context_tokens_mean"] + stats["decode_tokens_per_turn"]
     )
@@ -343,3 +350,4 @@ def _blend_quality(new: FitQuality, old: FitQuality, a: float) -> FitQuality:
         a * new.rel_rms_residual + (1 - a) * old.rel_rms_residual,
         a * new.confidence + (1 - a) * old.confidence,
     )
+

@@ -76,10 +76,18 @@ class StepProbe:
 class TelemetrySink:
     """Buffers a worker's records until `drain()`; keeps at most `max_records` of each."""
 
-    def __init__(self, worker_id: str, *, step_every: int = 1, max_records: int = 100_000) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        *,
+        step_every: int = 1,
+        max_records: int = 100_000,
+        kv_capacity_tokens: int | None = None,
+    ) -> None:
         if step_every < 1:
             raise ValueError("step_every must be >= 1")
         self.worker_id = worker_id
+        self.kv_capacity_tokens = kv_capacity_tokens
         self.step_every = step_every
         self.max_records = max_records
         self._turns: list[TurnRecord] = []
@@ -103,6 +111,7 @@ class TelemetrySink:
             decode_tokens=stats.decode_tokens,
             context_tokens=stats.context_tokens,
             step_time_s=max(0.0, step_time_s),
+            kv_capacity_tokens=self.kv_capacity_tokens,
         )
         self._keep(self._steps, rec)
 

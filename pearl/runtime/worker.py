@@ -87,7 +87,9 @@ class RolloutWorker(WorkerLoop, WorkerControl):
         self.transport = get_transport(transport)
         self.registry_name = registry_name
         self.probe = StepProbe(self.engine)
-        self.sink = TelemetrySink(worker_id, step_every=step_every)
+        self.sink = TelemetrySink(
+            worker_id, step_every=step_every, kv_capacity_tokens=_kv_capacity(self.engine)
+        )
         self._live: dict[str, _Live] = {}
         self._lock = asyncio.Lock()
         self._loop_task: asyncio.Task | None = None
@@ -287,3 +289,11 @@ def start_worker(
         registry_name=registry_name,
         step_every=step_every,
     )
+
+
+def _kv_capacity(engine: Any) -> int | None:
+    """The engine's KV pool in tokens (blocks x block size), None when it does not say."""
+    blocks, size = getattr(engine, "num_kv_blocks", None), getattr(engine, "block_size", None)
+    if isinstance(blocks, int) and isinstance(size, int) and blocks > 0 and size > 0:
+        return blocks * size
+    return None

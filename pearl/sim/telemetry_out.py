@@ -95,8 +95,11 @@ def turn_record(
     )
 
 
-def worker_step_record(stats: StepStats, step: int) -> WorkerStepRecord | None:
-    """The mean iteration of a worker over an interval (None if it ran no iteration)."""
+def worker_step_record(
+    stats: StepStats, step: int, kv_capacity_tokens: int | None = None
+) -> WorkerStepRecord | None:
+    """The mean iteration of a worker over an interval (None if it ran no iteration);
+    `kv_capacity_tokens` is the worker's KV pool, reported as a real engine logs it."""
     n = stats.num_iterations
     if n <= 0:
         return None
@@ -110,6 +113,7 @@ def worker_step_record(stats: StepStats, step: int) -> WorkerStepRecord | None:
         decode_tokens=round(stats.decode_tokens / n),
         context_tokens=round(stats.decode_context_steps / n),
         step_time_s=stats.busy_s / n,
+        kv_capacity_tokens=kv_capacity_tokens,
     )
 
 

@@ -319,7 +319,9 @@ class World(WorkerCommands):
         self.step_end_times_s.append(now)
         worker_steps = []
         for w in self.workers.values():
-            rec = worker_step_record(w.engine.take_stats(now), s.step)
+            rec = worker_step_record(
+                w.engine.take_stats(now), s.step, w.engine.kv_capacity_tokens
+            )
             if rec is not None:
                 worker_steps.append(rec)
         self.finished_turns.extend(s.turns)

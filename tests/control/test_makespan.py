@@ -65,7 +65,7 @@ def _root(a: float, c: float, p: float) -> float:
 
 
 def test_colocated_hand_computed():
-    """Colocated, 2 workers: throughput bound 24.4 s beats the interrupted critical path."""
+    """Colocated, 2 workers: throughput bound 24.4 s beats the stretched critical path."""
     pred = predict(PDConfig.colocated(2), simple_profile(), batch=8)
     b = pred.breakdown
     # per worker: prefill 8*10*0.11/2 = 4.4 s; decode batch 8/2*(1-0.5)*(10/10 turns) = 2,
@@ -74,14 +74,31 @@ def test_colocated_hand_computed():
     assert b["decode_batch"] == pytest.approx(2.0)
     assert b["decode_s"] == pytest.approx(20.0)
     assert b["throughput_bound_s"] == pytest.approx(24.4)
-    # critical path of the tail: A = own prefill 10*0.01 + 1e-4*10000 = 1.1 + env 10,
-    # C = own decode 1000 tokens * 0.01 s, P = 4.4
-    crit = _root(11.1, 10.0, 4.4)
-    assert crit == pytest.approx(23.414, abs=1e-3)
-    assert b["critical_path_s"] == pytest.approx(crit)
-    assert crit == pytest.approx(11.1 + 10.0 * crit / (crit - 4.4))  # it solves the equation
+    # critical path of the tail: own prefill 10*0.01 + 1e-4*10000 = 1.1, env 10, and its
+    # 1000 decode tokens at a mean iteration: 0.01 s * (1 + 4.4/20) = 0.0122 s
+    assert b["interference_s"] == pytest.approx(1000 * 0.01 * 0.22)
+    assert b["critical_path_s"] == pytest.approx(1.1 + 10.0 + 12.2)
+    assert b["kv_wait_s"] == pytest.approx(0.0)  # 1 TB of KV: seats never bind
     assert pred.makespan_s == pytest.approx(24.4)
     assert pred.feasible and pred.reason == ""
+
+
+def test_colocated_kv_seats_bind():
+    """A KV pool of 3,300 tokens holds (3300 - K_seq 1100) / 1050 = 2.1 sequences: the
+    worker's 8 trajectories (batch 16 on 2 workers) queue for seats. Its load is the tail's
+    10 turns plus 7 others' 70, each holding a seat for its prefill and its decode."""
+    hw = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e9 + 3300.0, usable_memory_fraction=1.0)
+    pred = predict(PDConfig.colocated(2), simple_profile(hardware=hw, batch_size=16), 16)
+    b = pred.breakdown
+    seats = (3300 - 1100) / 1050
+    assert b["decode_batch"] == pytest.approx(seats)
+    stretch = 1 + b["prefill_s"] / b["decode_s"]
+    seat_s = 0.11 + 100 * 0.01 * stretch
+    assert b["throughput_bound_s"] == pytest.approx(80 * seat_s / seats)
+    assert pred.makespan_s == pytest.approx(80 * seat_s / seats)
+    # the tail cycles through the seats with its worker's 8 live trajectories
+    assert b["critical_path_s"] == pytest.approx(10 * 8 * seat_s / seats)
+    assert b["kv_wait_s"] > 0
 
 
 def test_disaggregated_hand_computed():
@@ -168,13 +185,14 @@ def test_kv_link_can_bound_the_prefill_path():
 
 
 def test_decode_batch_floor_and_memory_cap():
-    """Concurrency is at least 1 and at most H_max / decode context."""
+    """Concurrency is at least 1 and at most (H_max - K_seq) / decode context: FIFO
+    admission of whole contexts leaves about one sequence's KV free."""
     p = simple_profile()
     many = predict(PDConfig.colocated(64), p, batch=8)
     assert many.breakdown["decode_batch"] == 1.0
     small = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e9 + 3100.0, usable_memory_fraction=1.0)
     capped = predict(PDConfig.colocated(1), simple_profile(hardware=small), batch=8)
-    assert capped.breakdown["decode_batch"] == pytest.approx(3100.0 / 1050.0)
+    assert capped.breakdown["decode_batch"] == pytest.approx((3100.0 - 1100.0) / 1050.0)
 
 
 def test_gpus_per_worker_scales_compute():

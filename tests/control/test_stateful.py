@@ -40,6 +40,9 @@ class ControllerMachine(RuleBasedStateMachine):
         self.retired: set[str] = set()
         self.version = 0
         self.wanted: dict[str, float] = {}  # training GPU -> deadline, until idle again
+        # the time of the latest training signal per GPU: a replayed (late) signal older
+        # than it changes nothing, in the controller and here
+        self.signal_t: dict[str, float] = {}
         self.send(E.Started(self.t))
 
     # -- plumbing --------------------------------------------------------------------------
@@ -49,6 +52,11 @@ class ControllerMachine(RuleBasedStateMachine):
         held_before = set(ctl.state.gpus_in(Zone.OVERLAP))
         if isinstance(event, E.RolloutStepFinished) and ctl.book.step_done(event.step):
             self.retired |= {t.traj_id for t in ctl.book.step_trajs(event.step)}
+        if isinstance(event, E.TrainingIdle):
+            for g in event.gpu_ids:
+                if event.time_s >= self.signal_t.get(g, float("-inf")):
+                    self.wanted.pop(g, None)
+                    self.signal_t[g] = event.time_s
         out = ctl.handle(event)
         self.sent.append(event)
         s = ctl.state
@@ -99,7 +107,9 @@ class ControllerMachine(RuleBasedStateMachine):
                 assert not s.has_gpu(g), f"{g} still held after TrainingWants"
                 assert g in released or g not in held_before, f"{g} not released to training"
                 assert event.time_s <= event.deadline_s  # released now, so before the deadline
-                self.wanted[g] = event.deadline_s
+                if event.time_s >= self.signal_t.get(g, float("-inf")):
+                    self.wanted[g] = event.deadline_s
+                    self.signal_t[g] = event.time_s
         return out
 
     def tick(self, dt: float = 1.0) -> float:
@@ -124,8 +134,6 @@ class ControllerMachine(RuleBasedStateMachine):
     def training_idle(self, ids: set[int], window: float) -> None:
         t = self.tick()
         gpus = tuple(f"t{i}" for i in sorted(ids))
-        for g in gpus:
-            self.wanted.pop(g, None)
         self.send(E.TrainingIdle(t, gpus, t + window))
 
     @rule(ids=st.sets(st.integers(0, 3), min_size=1), slack=st.sampled_from([0.0, 5.0]))

@@ -112,3 +112,16 @@ def test_example_file_reads_by_step():
         assert turns and steps
         assert all(t.step == step for t in turns) and all(w.step == step for w in steps)
     assert {t.roles for t in tel.turns} == {("colocated",), ("prefill", "decode")}
+
+
+def test_worker_step_kv_capacity_is_optional_and_checked():
+    doc = STEP.to_json()
+    assert doc["kv_capacity_tokens"] is None
+    doc.pop("kv_capacity_tokens")
+    assert WorkerStepRecord.from_json(doc) == STEP  # older files without the field still read
+    doc["kv_capacity_tokens"] = 120_000
+    assert WorkerStepRecord.from_json(doc).kv_capacity_tokens == 120_000
+    doc["kv_capacity_tokens"] = -1
+    with pytest.raises(TelemetryError) as err:
+        WorkerStepRecord.from_json(doc, source="t.jsonl", location="line 3")
+    assert err.value.field == "kv_capacity_tokens" and "t.jsonl:line 3" in str(err.value)

@@ -277,3 +277,31 @@ def test_a_prior_several_times_too_fast_is_corrected_by_level():
     prof = RuntimeTracker(HW).observe_step([], steps)
     assert prof.perf.step_overhead_s / prior.step_overhead_s == pytest.approx(8.0, rel=0.3)
     assert prof.perf.decode_s_per_seq / prior.decode_s_per_seq == pytest.approx(8.0, rel=0.3)
+
+
+def test_engine_reported_kv_capacity_becomes_h_max():
+    """A worker that reports its KV pool (as vLLM logs it) sets the profile's H_max; other
+    worker sizes are rescaled through the memory per GPU the report implies."""
+    from pearl.control.makespan import predict
+    from pearl.control.plan import PDConfig
+    from pearl.control.tracker import RuntimeTracker
+
+    tracker = RuntimeTracker(HW)
+    rows = [
+        WorkerStepRecord("w0", "colocated", 0, float(i), 4, 100, 4, 40_000, 0.02,
+                         kv_capacity_tokens=50_000)
+        for i in range(5)
+    ]  # fmt: skip
+    prof = tracker.observe_step([mk_turn("a", 0, 0.0, env=None)], rows)
+    assert prof.kv_capacity_tokens == 50_000
+    assert prof.kv_capacity(HW.gpus_per_worker) == 50_000
+    two = prof.kv_capacity(2 * HW.gpus_per_worker)
+    per_gpu = (50_000 * HW.kv_bytes_per_token + HW.weight_bytes) / HW.gpus_per_worker
+    expected = (2 * HW.gpus_per_worker * per_gpu - HW.weight_bytes) / HW.kv_bytes_per_token
+    assert two == pytest.approx(expected)
+    # a later step without reports keeps the reported value; the prior is only a fallback
+    later = tracker.observe_step([mk_turn("b", 0, 0.0, env=None, step=1)], [])
+    assert later.kv_capacity_tokens == 50_000
+    assert prof.to_json()["kv_capacity_tokens"] == 50_000
+    pred = predict(PDConfig.colocated(1), prof, 8)
+    assert pred.feasible or "KV" in pred.reason
