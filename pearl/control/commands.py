@@ -17,6 +17,11 @@ them. Each command's completion comes back as a later event:
 | RestoreTraining    | TrainingRestored (optional: training state is back)   |
 | Route              | [RequestPhase...] then TurnFinished or RequestInterrupted |
 | StartRolloutBatch  | TrajectoryReady per trajectory, later TrajectoryDone  |
+
+A Route for a trajectory whose previous request the world still runs (the controller
+counted it as lost when a worker of its old route went, although it had moved on to its
+decode worker) supersedes that request: the world aborts it where it is, keeping its
+generated tokens, and follows the new route. The controller's book is the authority.
 """
 
 from __future__ import annotations

@@ -154,6 +154,51 @@ class InferenceWorker(BatchingCore):
         self._kv_active = 0
         return out
 
+    def withdraw(self, traj_id: int, now_s: float) -> int | None:
+        """Abort trajectory `traj_id`'s request at now_s (the controller routed its turn
+        elsewhere); returns its generated tokens, or None if this worker does not hold it.
+
+        Iterations finished by now_s count; the one running at now_s is recomposed without
+        it (the other requests lose that partial iteration, as on any abort). Its computed
+        KV stays as an idle cached prefix unless this is a decode worker.
+        """
+        held = next(
+            (
+                q
+                for q in (*self._waiting, *self._prefilling, *self._decoding.values())
+                if q.req.traj_id == traj_id
+            ),
+            None,
+        )
+        if held is None:
+            return None
+        self._advance_to(now_s)
+        seg = self._seg
+        if seg is not None:
+            n = self._iters_done_by(seg, now_s)
+            if n > 0:
+                self._apply(seg, n)
+            self._seg = None
+        self._t = max(self._t, now_s)
+        # the request may have finished in the iterations just applied
+        if held in self._waiting:
+            self._waiting.remove(held)
+            return held.generated
+        if held in self._prefilling:
+            self._prefilling.remove(held)
+            kv = held.prefill_done
+        elif self._decoding.get(held.admit_no) is held:
+            held.sync(self._dstep)
+            del self._decoding[held.admit_no]
+            self._ctx_sum -= held.kv
+            kv = held.kv
+        else:
+            return None
+        self._kv_active -= held.alloc
+        if self.role != Role.DECODE:
+            self.cache.put(traj_id, kv)
+        return held.generated
+
     def set_role(self, role: Role) -> None:
         """Change role; only an empty worker may change (drain or interrupt it first)."""
         if self.num_in_flight:

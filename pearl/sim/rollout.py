@@ -84,10 +84,37 @@ def _bounce(world: World, tr: TrajRun, worker_id: str) -> None:
     world.emit(E.RequestInterrupted(world.core.now_s, tr.traj_id, worker_id, tr.generated_tokens))
 
 
+def _withdraw(world: World, tr: TrajRun) -> None:
+    """The controller routed a turn that is still in flight here (it counted the request
+    as lost when a worker of its old route went away, although the request had moved on,
+    e.g. to its decode worker): the controller's view stands, so the old request is
+    aborted where it is, keeping its generated tokens, and the turn counts as interrupted."""
+    assert tr.route is not None
+    if tr.transfer is not None:
+        tr.transfer.cancel()
+        tr.transfer = None
+    for wid in tr.route:
+        w = world.workers.get(wid) if wid is not None else None
+        if w is None:
+            continue
+        w.incoming.discard(tr.traj_id)
+        generated = w.engine.withdraw(tr.key, world.core.now_s)
+        if generated is not None:
+            tr.generated_tokens = generated
+            world.touch(w)
+    tr.route = None
+    tr.resumed = True
+    if tr.timing is not None:
+        tr.timing.interrupted = True
+    world.stats.interrupted_requests += 1
+
+
 def route(world: World, cmd: C.Route) -> None:
     tr = world.trajs.get(cmd.traj_id)
-    if tr is None or tr.done or tr.route is not None:
+    if tr is None or tr.done:
         return
+    if tr.route is not None:
+        _withdraw(world, tr)
     now = world.core.now_s
     p = world.workers.get(cmd.prefill_worker_id)
     d = world.workers.get(cmd.decode_worker_id) if cmd.decode_worker_id is not None else None

@@ -189,3 +189,27 @@ def test_kv_pressure_invariants(reqs, cap, role):
         if c.num_preemptions:
             assert c.new_prefill_tokens > 0
     assert w.kv_used_tokens == 0
+
+
+def test_withdraw_aborts_one_request_and_the_others_finish():
+    """withdraw() takes one request out mid-decode (its generated tokens come back and
+    its KV stays a cached prefix), out of the prefill and the queue too; the other
+    requests finish as if it had never been there, except for the iteration in progress."""
+    hw = toy()
+    w = InferenceWorker("w", hw)
+    w.submit(Request(1, 0, 1000, 300), 0.0)
+    w.submit(Request(2, 0, 1000, 300), 0.0)
+    t = hw.prefill_time_s(2000) + 0.05
+    assert w.advance(t) == []
+    assert w.withdraw(7, t) is None  # not held here
+    gen = w.withdraw(1, t)
+    assert gen is not None and gen > 1
+    assert w.num_in_flight == 1 and w.holds_prefix(1) > 1000
+    rest = run(w, [])
+    assert [c.traj_id for c in rest] == [2] and rest[0].generated_tokens == 300
+    assert w.num_in_flight == 0 and w.kv_used_tokens == 0 and w.holds_prefix(2) > 1000
+    # queued and prefilling requests are withdrawn before they cost anything
+    v = InferenceWorker("v", hw)
+    v.submit(Request(3, 0, 5000, 10), 0.0)
+    assert v.withdraw(3, 0.0) == 0 and v.num_in_flight == 0
+    assert v.next_change_time_s() == float("inf")

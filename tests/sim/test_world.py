@@ -180,3 +180,35 @@ def test_turn_record_counts_recomputed_prefill_once() -> None:
     )
     assert rec.new_prefill_tokens == 3000 and rec.cached_prefix_tokens == 0
     assert rec.context_tokens == 3000
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_reroute_of_a_request_that_moved_on_supersedes_it(seed: int) -> None:
+    """Disaggregated, the GPUs of prefill workers reclaimed: the controller counts every
+    trajectory routed through them as interrupted and routes it again, although some have
+    already handed their KV to a surviving decode worker. The world follows the new route
+    (aborting the old request where it is) instead of ignoring it: before, those
+    trajectories waited forever and the run stopped after 4 rollout steps."""
+    import dataclasses
+
+    from pearl.sim.runner import make_policy
+
+    policy = dataclasses.replace(
+        make_policy("pearl"),
+        name="pearl-disaggregated",
+        modes=("disaggregated",),
+        gate_expansion=False,
+        borrow="never",
+    )
+    lost = ("pre0", "pre1", "pre2")
+    actions = [
+        TraceAction(0.0, "offer", ("pre0", "pre1", "pre2", "pre3")),
+        TraceAction(150.0, "notice", lost, deadline_s=150.0),
+        TraceAction(150.0, "gone", lost),
+    ]
+    run = run_policy(small(seed=seed, **{"trace.duration_s": 900.0}), policy, actions=actions)
+    assert run.summary["reconfigurations"]["reclaim"] == 1
+    assert run.summary["rollout_steps"] >= 15
+    for t in run.controller.book:  # whatever the book has in flight, the world has too
+        if t.state.value in ("prefill", "kv_transfer", "decode"):
+            assert run.world.trajs[t.traj_id].route is not None, t.traj_id
