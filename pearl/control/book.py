@@ -57,6 +57,7 @@ class Trajectory:
     routed_s: float = float("-inf")  # when its current (or last) request was routed
     env_since_s: float = float("-inf")  # when it last entered its environment
     workers: tuple[str, ...] = ()  # the workers it is on while in flight (prefill first)
+    home: str | None = None  # the prefill worker it lives on (its last route), until it ends
     min_version: int | None = None  # the oldest weights that generated a segment
 
     def staleness(self) -> int:
@@ -82,6 +83,7 @@ class TrajectoryBook:
         self._trajs: dict[str, Trajectory] = {}
         self._steps: dict[int, list[str]] = {}
         self._loads: dict[str, int] = {}
+        self._homes: dict[str, int] = {}  # live trajectories per home worker
         self._queued: set[str] = set()  # ids in QUEUED states
         self._seq = 0
 
@@ -127,6 +129,25 @@ class TrajectoryBook:
     def on_worker(self, worker_id: str) -> list[Trajectory]:
         """Trajectories in flight on `worker_id` (as prefill or decode worker)."""
         return [t for t in self._trajs.values() if worker_id in t.workers]
+
+    def homes(self) -> dict[str, int]:
+        """Live trajectories per home worker (the prefill worker of their last route; a
+        trajectory leaves its home when it is done, interrupted or its worker goes). The
+        book's own dict, kept current as routes are marked: read it, do not change it."""
+        return self._homes
+
+    def _set_home(self, t: Trajectory, worker_id: str | None) -> None:
+        if t.home == worker_id:
+            return
+        if t.home is not None:
+            n = self._homes[t.home] - 1
+            if n:
+                self._homes[t.home] = n
+            else:
+                del self._homes[t.home]
+        t.home = worker_id
+        if worker_id is not None:
+            self._homes[worker_id] = self._homes.get(worker_id, 0) + 1
 
     def loads(self) -> dict[str, int]:
         """In-flight requests per worker (a split request counts on both of its workers)."""
@@ -207,6 +228,7 @@ class TrajectoryBook:
         t.prefill_worker = prefill_worker
         t.decode_worker = decode_worker if decode_worker is not None else prefill_worker
         t.workers = tuple(dict.fromkeys((prefill_worker, t.decode_worker)))
+        self._set_home(t, prefill_worker)
         for w in t.workers:
             self._loads[w] = self._loads.get(w, 0) + 1
         t.segment_versions.append(version)
@@ -272,6 +294,7 @@ class TrajectoryBook:
         t.num_interrupts += 1
         t.generated_tokens = max(0, generated_tokens)
         t.prefix_worker = None  # its KV is gone with the request
+        self._set_home(t, None)
         self._leave(t)
         t.queue_seq = self._next_seq()
         return True
@@ -289,6 +312,8 @@ class TrajectoryBook:
         for t in self._trajs.values():
             if t.prefix_worker == worker_id:
                 t.prefix_worker = None
+            if t.home == worker_id:
+                self._set_home(t, None)
 
     def mark_done(self, traj_id: str, time_s: float = float("inf")) -> bool:
         """ENV/WAITING -> DONE (its last env step ended; no turn may be in flight). An event
@@ -301,6 +326,7 @@ class TrajectoryBook:
         t.state = TrajState.DONE
         self._queued.discard(traj_id)
         t.prefix_worker = None
+        self._set_home(t, None)
         return True
 
     def _leave(self, t: Trajectory) -> None:

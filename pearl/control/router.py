@@ -10,9 +10,12 @@ weight version keeps the trajectory within its staleness bound.
   bounded by load balance, as cache-aware routers do): a worker that just joined (a
   borrowed or preemptible one) then takes turns of busy workers' trajectories too, at the
   price of a full prefill of each.
-* Otherwise least-loaded: among colocated workers (prefill and decode on one worker) and
-  prefill workers (then paired with the least-loaded decode worker). Ties break by worker
-  id, so equal inputs give equal routes.
+* Otherwise the worker with the fewest live trajectories at home (`TrajectoryBook.homes`:
+  trajectories stay on their worker, so a new or displaced one goes where fewest live,
+  as agentic RL frameworks bind each environment to an engine round-robin), then the
+  least-loaded: among colocated workers (prefill and decode on one worker) and prefill
+  workers (then paired with the least-loaded decode worker). Ties break by worker id, so
+  equal inputs give equal routes.
 * A route goes with `full_prefill=True` when the chosen prefill worker does not hold the
   prefix: an interrupted trajectory (its KV is gone) or a move to another worker.
 """
@@ -133,6 +136,11 @@ def route_one(
     def least(ws: list[Worker]) -> Worker:  # ties: the oldest worker (ws is in age order)
         return min(ws, key=lambda w: loads.get(w.worker_id, 0))
 
+    homes = book.homes()
+
+    def fewest(ws: list[Worker]) -> Worker:  # a new home: fewest residents, then load
+        return min(ws, key=lambda w: (homes.get(w.worker_id, 0), loads.get(w.worker_id, 0)))
+
     def make(p: Worker) -> Route | None:
         full = traj.state == TrajState.INTERRUPTED or traj.prefix_worker != p.worker_id
         if p.role == Role.COLOCATED:
@@ -157,7 +165,7 @@ def route_one(
                 return r
     if not choices:
         return None
-    return make(least(choices))
+    return make(fewest(choices))
 
 
 def version_of(state: ClusterState, worker_id: str) -> int:

@@ -104,3 +104,31 @@ def test_bounded_stickiness_moves_turns_to_an_idle_new_worker():
         again = route_queued(b, _state(_w(0), _w(1)), sticky_max_imbalance=k)
         assert [r.prefill_worker_id for r in again] == [expect]
         assert again[0].full_prefill == (expect == "w1")
+
+
+def test_new_trajectories_go_where_fewest_live_not_where_fewest_run():
+    """Trajectories stay on their worker, so a new one is placed by residents, not by the
+    momentary load: w0's two trajectories both wait on their environment (load 0), w1
+    runs one; the next two go to w1 and then the tie breaks by load."""
+    s = _state(_w(0), _w(1))
+    b = TrajectoryBook(1)
+    b.start_batch(0, 1, 3)
+    a, c, d = (t.traj_id for t in b)
+    for tid in (a, c, d):
+        b.mark_ready(tid)
+    b.mark_routed(a, "w0", None, 0)
+    b.mark_routed(c, "w0", None, 0)
+    b.mark_routed(d, "w1", None, 0)
+    for tid, w in ((a, "w0"), (c, "w0")):
+        b.mark_turn_finished(tid, w)  # in the environment: no load, still at home on w0
+    assert b.loads() == {"w1": 1} and b.homes() == {"w0": 2, "w1": 1}
+    b.start_batch(1, 1, 2)
+    for t in list(b):
+        if t.step == 1:
+            b.mark_ready(t.traj_id)
+    routes = route_queued(b, s)
+    assert [r.prefill_worker_id for r in routes] == ["w1", "w0"]
+    assert b.homes() == {"w0": 3, "w1": 2}
+    # a trajectory that is done leaves its home
+    b.mark_done(a)
+    assert b.homes() == {"w0": 2, "w1": 2}
