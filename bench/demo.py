@@ -69,7 +69,7 @@ def main() -> None:
         else "| median relative error, predicted vs measured rollout makespan | no step with both |",
         "",
         "The workload is the `transcript` style of `guess` (about 100 new prompt tokens per",
-        'turn) with the disaggregated mode pinned (README, "PD mode and ratio in the demo"): the',
+        'turn) with the disaggregated mode pinned (docs/demo.md, "PD mode and ratio in the demo"): the',
         "P:D ratio is the decision engine's choice for each pool size. The measured makespan runs",
         "from a batch's start to its last trajectory; with two batches in flight (staleness 1)",
         "and worker starts sharing the CPU it includes waiting that the model's single-batch",

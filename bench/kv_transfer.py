@@ -1,6 +1,6 @@
 """KV transfer throughput between two Ray actors vs. an in-process copy of the same bytes.
 
-Target (issue 6): KV moves at >= 50% of the speed of a plain in-process copy, judged at the
+Target: KV moves at >= 50% of the speed of a plain in-process copy, judged at the
 sizes the agentic workload ships (a whole context: at least the first prompt's 1.5K tokens).
 The payload is a real `KVPayload` shaped like Qwen3-8B's KV (36 layers, 8 KV heads, head
 dim 128, bf16: 144 KiB per token) for a few context lengths, smaller ones included.

@@ -1,6 +1,6 @@
 """The decision engine against the simulator (`pearl validate`), figures for BENCHMARKS.md.
 
-Targets (issue 5): median relative makespan error under 10%, and the engine's chosen
+Targets: median relative makespan error under 10%, and the engine's chosen
 configuration within 1% of the brute-force best in at least 90% of the grid. The figures
 are reported whatever they are. Rerun: `.venv/bin/python -m bench.sim_validate`.
 """
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny grid, no BENCHMARKS.md update")
     args = ap.parse_args(argv)
-    # the grid of issue 13: budgets 4-16 GPUs, batches 32-128
+    # the grid: budgets 4-16 GPUs, batches 32-128
     budgets, batches = ((2,), (8,)) if args.quick else ((4, 8, 12, 16), (32, 64, 96, 128))
     sections = []
     for model in ("qwen3-8b",) if args.quick else ("qwen3-8b", "qwen3-30b-a3b"):

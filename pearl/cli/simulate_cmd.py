@@ -1,4 +1,4 @@
-"""`pearl simulate`: policies side by side on a simulated trace (issue 5, item 7)."""
+"""`pearl simulate`: policies side by side on a simulated trace."""
 
 from __future__ import annotations
 

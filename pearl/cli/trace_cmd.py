@@ -1,4 +1,4 @@
-"""`pearl trace list` and `pearl trace show`: preemptible availability traces (issue 2, item 5)."""
+"""`pearl trace list` and `pearl trace show`: preemptible availability traces."""
 
 from __future__ import annotations
 

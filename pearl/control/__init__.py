@@ -1,6 +1,6 @@
 """The pure, sans-IO control plane: no clock, no threads, no I/O, no Ray.
 
-Everything here is deterministic and driven by events; see DESIGN.md.
+Everything here is deterministic and driven by events; see docs/architecture.md.
 """
 
 from pearl.control.plan import (

@@ -1,4 +1,4 @@
-"""Commands: what the world must do next (contract B; DESIGN.md "sans-IO").
+"""Commands: what the world must do next (contract B; docs/architecture.md).
 
 `Controller.handle(event)` returns a list of these, in the order the world must execute
 them. Each command's completion comes back as a later event:

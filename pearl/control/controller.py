@@ -302,7 +302,7 @@ class Controller(ToggleMixin):
 
     # -- invariants ------------------------------------------------------------------------
     def check(self, traj_ids: Iterable[str] | None = None) -> None:
-        """Raise `ControllerError` if any invariant is broken (see DESIGN.md): the state's
+        """Raise `ControllerError` if any invariant is broken (see docs/architecture.md): the state's
         own invariants hold by construction; here the groups (none half-admitted), the book
         (every trajectory once, in one state, within the staleness bound; with `traj_ids`
         only those, the cheap check after a trajectory event) and their agreement."""

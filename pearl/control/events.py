@@ -1,4 +1,4 @@
-"""Events: what happened in a world, and when (contract B; DESIGN.md "sans-IO").
+"""Events: what happened in a world, and when (contract B; docs/architecture.md).
 
 A world (the simulator or the Ray runtime) hands each event to `Controller.handle(event)`
 and executes the commands it returns. Every event is a frozen dataclass whose first field is

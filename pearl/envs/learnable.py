@@ -4,7 +4,7 @@ The environment hides a secret value in ``0 .. num_values-1`` (default 0-9). Eac
 model names a guess; the observation says ``higher``, ``lower`` or ``correct``. The episode
 ends when the guess is right or after ``max_turns`` turns.
 
-Why a tiny model can learn it under GRPO within minutes (issue 7):
+Why a tiny model can learn it under GRPO within minutes:
 
 * the action space is one character: the parser takes the first decimal digit anywhere in
   the response (``<tool>guess 5</tool>``, ``guess 5`` and ``xx5`` are the same action), so an

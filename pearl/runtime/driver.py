@@ -1,4 +1,4 @@
-"""The runtime driver: the shared controller driving real Ray actors (DESIGN.md, issue 7).
+"""The runtime driver: the shared controller driving real Ray actors (docs/architecture.md).
 
 The loop is the simulator's, on wall time: take the next world event, hand it to the
 controller, execute the commands it returns; each command's completion is a later event.

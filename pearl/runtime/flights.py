@@ -1,4 +1,4 @@
-"""Turns in flight in the real world, kept consistent with the controller's book (issue 7).
+"""Turns in flight in the real world, kept consistent with the controller's book.
 
 The controller counts a split turn on both of its workers: when it interrupts or stops a
 worker, it marks every trajectory routed through that worker interrupted at once and may

@@ -1,4 +1,4 @@
-"""Parked rollout workers on training device slots (paper §4.6, §5; issue 7).
+"""Parked rollout workers on training device slots (paper §4.6, §5).
 
 The paper borrows idle training GPUs by time-sharing: overlap workers are Ray actors kept
 alive across handoffs, and only their device state moves. `ParkingLot` keeps those actors

@@ -1,4 +1,4 @@
-"""Plays an availability trace on a local multi-node Ray cluster (issue 7; DESIGN.md).
+"""Plays an availability trace on a local multi-node Ray cluster (docs/architecture.md).
 
 `schedule` turns a trace into timed node actions; `TracePlaying` (a mixin of the runtime
 driver) loads the configured trace and plays its due actions.

@@ -1,4 +1,4 @@
-"""The token-level record of one trajectory in the real runtime (paper §5, issue 7).
+"""The token-level record of one trajectory in the real runtime (paper §5).
 
 The controller's `TrajectoryBook` knows where a trajectory is; this record knows what it
 says: every token of its context (prompt, model turns, observations), which tokens the

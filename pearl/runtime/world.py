@@ -1,4 +1,4 @@
-"""The real world on Ray: executes the controller's commands on actors (DESIGN.md).
+"""The real world on Ray: executes the controller's commands on actors (docs/architecture.md).
 
 `RayWorld` owns the rollout worker actors, the environment pool and the token-level record
 of every trajectory. Each command starts asynchronous work whose completion is put on the

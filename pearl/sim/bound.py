@@ -1,4 +1,4 @@
-"""The upper bound no policy can beat on a trace (issue 5, item 6).
+"""The upper bound no policy can beat on a trace.
 
 Every available GPU-second — the rollout GPUs' (reserved plus the trace's preemptible ones)
 and the training GPUs' idle time — is used at the *best static configuration's per-GPU

@@ -1,4 +1,4 @@
-"""The simulator's driver: world events -> controller -> commands -> world (DESIGN.md).
+"""The simulator's driver: world events -> controller -> commands -> world (docs/architecture.md).
 
 The loop is the same shape as the runtime's driver:
 

@@ -2,7 +2,7 @@
 
 This is the simulated world's ground truth. It is written independently of the decision
 engine's coarse fitted models (`pearl.control.makespan`), which it must never import or
-share formulas with, or validation would prove nothing (DESIGN.md, "Decisions").
+share formulas with, or validation would prove nothing (docs/architecture.md).
 
 One iteration of a worker processes some prefill chunks (tokens at known positions) and one
 token for each decoding sequence (at its context length). Its time is the sum of its

@@ -1,4 +1,4 @@
-"""Run policies on one simulated setting and summarise them side by side (issue 5, item 7).
+"""Run policies on one simulated setting and summarise them side by side.
 
 `run_policy(cfg, name)` builds a fresh world (same seed, same trace, same trajectories for
 every policy), a controller with the named policy, and drives them to the end of the trace.

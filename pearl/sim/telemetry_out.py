@@ -1,7 +1,7 @@
 """Telemetry of a simulated run in the shared schema (`pearl.control.telemetry`).
 
 The simulator fills the same `TurnRecord` / `WorkerStepRecord` the real runtime writes, so
-the runtime tracker learns from simulated runs exactly as from real ones (issue 5, item 8).
+the runtime tracker learns from simulated runs exactly as from real ones.
 `TurnTiming` collects a turn's timestamps while it moves through prefill, KV transfer and
 decode; `turn_record` freezes it. Worker iteration statistics come from the inference
 model as interval aggregates (`StepStats`); `worker_step_record` turns one interval into

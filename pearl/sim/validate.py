@@ -1,4 +1,4 @@
-"""The decision engine against the simulator (issue 5, item 7: `pearl validate`).
+"""The decision engine against the simulator (`pearl validate`).
 
 1. Profile: the runtime tracker (`pearl.control.tracker`) learns a `WorkloadProfile` from the
    telemetry of two short profiling runs (one colocated, one disaggregated, so that KV
@@ -12,7 +12,7 @@
    simulated one (brute force).
 
 The simulator is the ground truth here; the engine's models are coarser on purpose
-(DESIGN.md). Nothing here tunes either of them.
+(docs/architecture.md). Nothing here tunes either of them.
 """
 
 from __future__ import annotations

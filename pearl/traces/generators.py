@@ -1,4 +1,4 @@
-"""Seeded synthetic availability traces (issue 2, item 5).
+"""Seeded synthetic availability traces.
 
 Every generator is a pure function of its arguments: equal arguments (including `seed`)
 give equal traces. All return count traces.

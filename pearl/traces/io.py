@@ -1,4 +1,4 @@
-"""Trace files: our own JSON format and the real traces' event CSV (issue 2, items 5 and 6).
+"""Trace files: our own JSON format and the real traces' event CSV.
 
 Every bad file raises `pearl.errors.InputError` naming the file, the line (CSV, or JSON
 syntax) or JSON path (JSON structure), and the field. The formats are documented in

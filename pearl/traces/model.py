@@ -1,4 +1,4 @@
-"""One model of preemptible GPU availability over time (issue 2, item 5; paper §4.5, §6.1).
+"""One model of preemptible GPU availability over time (paper §4.5, §6.1).
 
 An `AvailabilityTrace` is a frozen list of `Change`s over `[0, duration_s]`. Each change
 happens at `time_s` and is either

@@ -1,4 +1,4 @@
-"""Scaling, capping and windowing of availability traces (issue 2, item 5).
+"""Scaling, capping and windowing of availability traces.
 
 All three are pure: they return a new trace and never change the one given.
 

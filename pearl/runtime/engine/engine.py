@@ -1,4 +1,4 @@
-"""LLMEngine: the inference engine a rollout worker drives (contract (C) of issue 6).
+"""LLMEngine: the inference engine a rollout worker drives (the engine contract).
 
 One `step()` is one continuous-batching iteration (scheduler -> model runner -> sampling ->
 bookkeeping). Requests are refused with `RequestRejected` (never a crash) when they cannot
