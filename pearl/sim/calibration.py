@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pearl.control.state import Role
 from pearl.sim.hardware import WorkerHardware
 from pearl.sim.inference import InferenceWorker
-from pearl.sim.inference_types import CompletionKind, Request, WorkerConfig
+from pearl.sim.inference_types import CompletionKind, Request, WorkerConfig, vllm_defaults
 from pearl.sim.workload import Trajectory, TrajectorySampler
 from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
@@ -44,9 +44,14 @@ class CriticalPath:
     mean_turns: float
 
 
-def trajectory_alone_s(traj: Trajectory, hw: WorkerHardware) -> tuple[float, float, float]:
-    """(env, prefill, decode) seconds of one trajectory alone on one colocated worker."""
-    w = InferenceWorker("solo", hw, Role.COLOCATED)
+def trajectory_alone_s(
+    traj: Trajectory, hw: WorkerHardware, config: WorkerConfig | None = None
+) -> tuple[float, float, float]:
+    """(env, prefill, decode) seconds of one trajectory alone on one colocated worker, under
+    the scheduler `config` (default: vLLM's for the GPU, as the world's workers run)."""
+    if config is None:
+        config = vllm_defaults(hw.gpu.hbm_gb, hw.gpu.name)
+    w = InferenceWorker("solo", hw, Role.COLOCATED, config)
     t = traj.container_start_s
     env = traj.container_start_s
     prefill = decode = 0.0
