@@ -157,7 +157,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Simulate policies on a GPU-availability trace and compare their throughput."""
-        from pearl.sim.runner import default_jobs, run_simulation
+        from pearl.sim.compare import default_jobs, run_simulation
 
         cfg = _build_config(
             config,

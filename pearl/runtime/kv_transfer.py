@@ -50,10 +50,10 @@ __all__ = [
     "Transport",
     "decode_tensors",
     "encode_tensors",
-    "get_transport",
     "map_object_store_pages",
     "payload_num_bytes",
     "register_transport",
+    "registered_transports",
 ]
 
 
@@ -327,7 +327,7 @@ _TRANSPORTS: dict[str, type] = {
 
 
 def register_transport(cls: type) -> type:
-    """Make a transport class (with a `name` attribute) available to `get_transport`, e.g.
+    """Make a transport class (with a `name` attribute) available to `pearl.runtime.transports.get_transport`, e.g.
     a device-to-device one (NCCL, NIXL) on GPU clusters. Usable as a class decorator."""
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
@@ -339,15 +339,9 @@ def register_transport(cls: type) -> type:
     return cls
 
 
-def get_transport(name: str) -> Transport:
-    """A transport by name (`object_store`, `in_process`, `shared_memory`)."""
-    if name == "shared_memory" and name not in _TRANSPORTS:
-        import pearl.runtime.shm_transport  # noqa: F401 - registers itself
-    try:
-        return _TRANSPORTS[name]()
-    except KeyError:
-        known = ", ".join(sorted(_TRANSPORTS))
-        raise ValueError(f"unknown KV transport '{name}' (known: {known})") from None
+def registered_transports() -> dict[str, type]:
+    """The transport classes registered so far, by name (see `pearl.runtime.transports`)."""
+    return dict(_TRANSPORTS)
 
 
 def _check_kind(handle: KVHandle, name: str) -> None:

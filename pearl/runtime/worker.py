@@ -47,10 +47,11 @@ from typing import Any
 
 from pearl.control.state import Role
 from pearl.runtime.engine import RequestRejected
-from pearl.runtime.kv_transfer import KVLostError, get_transport
+from pearl.runtime.kv_transfer import KVLostError
 from pearl.runtime.snapshots import REGISTRY_NAME
 from pearl.runtime.telemetry_sink import StepProbe, TelemetrySink
 from pearl.runtime.topology import current_node_id, worker_options
+from pearl.runtime.transports import get_transport
 from pearl.runtime.worker_api import (
     ERROR,
     INTERRUPTED,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pearl.sim.playback import TraceAction, live_gpu_seconds
+from pearl.sim.runner import run_policy
 
 if TYPE_CHECKING:
     from pearl.sim.config import SimConfig
@@ -143,8 +144,6 @@ def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -
     of the pipeline does not dilute it.
     """
     scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
-    from pearl.sim.runner import run_policy
-
     key = rate_key(cfg, num_gpus, policy, duration_s)
     if key not in RATE_CACHE:
         run = run_policy(scfg, policy, keep_history=False)

@@ -1,10 +1,8 @@
-"""Run policies on one simulated setting and summarise them side by side.
+"""One policy on one simulated setting: `build` a world and its controller, `run_policy`.
 
 `run_policy(cfg, name)` builds a fresh world (same seed, same trace, same trajectories for
 every policy), a controller with the named policy, and drives them to the end of the trace.
-`run_simulation(cfg)` does that for every policy of the config, adds the upper bound
-(`pearl.sim.bound`) and returns a `SimulationResult` that prints as one JSON document and
-writes its outputs (`--out DIR`).
+Policies side by side with the upper bound: `pearl.sim.compare.run_simulation`.
 
 Policy names come from `pearl.control.policies` (pearl, rlboost+, roll, roll-large,
 ablations), plus
@@ -15,31 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import multiprocessing
-import os
 import re
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
+from pearl.control.controller import Controller
 from pearl.control.state import ClusterState
-from pearl.control.telemetry import TelemetryMeta
 from pearl.errors import InputError
-from pearl.sim.bound import (
-    RATE_CACHE,
-    Bound,
-    StaticRate,
-    bound_for,
-    bound_plan,
-    rate_key,
-    static_rate,
-)
-from pearl.sim.config import SimConfig, dump_config
+from pearl.sim.config import SimConfig
 from pearl.sim.driver import Driver, DriverLog
 from pearl.sim.playback import TraceAction, live_gpu_seconds, playback_actions
-from pearl.sim.telemetry_out import decision_docs, rounded, safe_name, summarise, write_outputs
+from pearl.sim.telemetry_out import decision_docs, summarise
 from pearl.sim.world import World
 
 Progress = Callable[[str, float, float], None]
@@ -188,7 +173,7 @@ def build(
     static = cfg.trace.static_gpus is not None
     borrowing = not static if cfg.trace.borrowing is None else cfg.trace.borrowing
     world = World(cfg, trace_acts if actions is None else actions, borrowing=borrowing)
-    controller = _controller_class(cfg.check_every)(
+    controller = Controller(
         policy,
         state=ClusterState(gpus=world.dedicated),
         batch_size=cfg.rollout.batch_size,
@@ -196,6 +181,7 @@ def build(
         gpus_per_worker=cfg.cluster.gpus_per_worker,
         training_gpus=world.training_gpus if borrowing else (),
         hardware=hardware_prior(cfg),
+        check_every=cfg.check_every,
     )
     return world, controller, Driver(world, controller, keep_history=keep_history), duration
 
@@ -230,153 +216,3 @@ def run_policy(
         world,
         controller,
     )
-
-
-def _controller_class(check_every: int) -> type:
-    """The controller, adapted for long simulations (same decisions, less work per event):
-
-    * its invariants are checked after every `check_every`-th event only (0: never; the
-      tests use 1): the full check walks every trajectory and worker;
-    * routing is skipped when no trajectory is queued (the router would return no route,
-      but first recount every worker's load over all trajectories, which was the largest
-      single cost of a simulated event).
-    """
-    from pearl.control.controller import Controller
-
-    class SimController(Controller):
-        _num_checks = 0
-
-        def check(self, *args: Any, **kwargs: Any) -> None:
-            self._num_checks += 1
-            if check_every == 1 or (check_every and self._num_checks % check_every == 0):
-                super().check(*args, **kwargs)
-
-        def _route(self) -> Any:
-            spend = getattr(self, "_spend_budget", None)
-            if self.book.has_queued() or spend is None:
-                return super()._route()
-            spend([])  # what routing nothing does (a budgeted borrow may drain)
-            return []
-
-    return SimController
-
-
-# -- all policies ------------------------------------------------------------------------------
-@dataclass
-class SimulationResult:
-    cfg: SimConfig
-    trace_name: str
-    duration_s: float
-    runs: list[PolicyRun]
-    bound: Bound | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        c = self.cfg
-        setting = (
-            f"{c.cluster.model} on {c.cluster.gpu}, trace {self.trace_name}, "
-            f"batch {c.rollout.batch_size}, max len {c.rollout.max_len_tokens}, seed {c.seed}"
-        )
-        return {
-            "setting": setting,
-            "model": c.cluster.model,
-            "gpu": c.cluster.gpu,
-            "trace": self.trace_name,
-            "duration_s": self.duration_s,
-            "batch_size": c.rollout.batch_size,
-            "max_len_tokens": c.rollout.max_len_tokens,
-            "seed": c.seed,
-            "bound": None if self.bound is None else self.bound.to_json(),
-            "policies": {r.name: rounded(r.summary) for r in self.runs},
-        }
-
-    def write(self, out_dir: Path) -> list[Path]:
-        """Per policy: <out>/<policy>/{telemetry,decisions}.jsonl, summary.json, config.yaml;
-        plus <out>/summary.json (all policies) and <out>/config.yaml."""
-        out_dir.mkdir(parents=True, exist_ok=True)
-        paths: list[Path] = []
-        meta = TelemetryMeta(
-            self.cfg.cluster.model, self.cfg.cluster.gpu, self.cfg.cluster.gpus_per_worker
-        )
-        cfg_yaml = dump_config(self.cfg)
-        for r in self.runs:
-            paths += write_outputs(
-                out_dir / safe_name(r.name),
-                turns=r.turns,
-                worker_steps=r.worker_steps,
-                meta=meta,
-                decisions=r.decisions,
-                summary=rounded(r.summary),
-                config_yaml=cfg_yaml,
-            )
-        import json
-
-        top = out_dir / "summary.json"
-        top.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        (out_dir / "config.yaml").write_text(cfg_yaml)
-        return [*paths, top, out_dir / "config.yaml"]
-
-
-def _policy_task(cfg: SimConfig, name: str) -> PolicyRun:
-    return run_policy(cfg, name).slim()
-
-
-def _rate_task(cfg: SimConfig, n: int, name: str, duration_s: float) -> tuple[str, StaticRate]:
-    return rate_key(cfg, n, name, duration_s), static_rate(cfg, n, name, duration_s)
-
-
-def default_jobs() -> int:
-    """Worker processes for independent runs: the CPUs this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def run_simulation(
-    cfg: SimConfig,
-    *,
-    progress: Progress | None = None,
-    with_bound: bool = True,
-    jobs: int = 1,
-) -> SimulationResult:
-    """Every policy of `cfg` on the same world, plus the bound.
-
-    With `jobs > 1` the independent runs (one per policy, and the bound's static runs) go
-    to that many worker processes; results are identical to `jobs=1` (each run is a pure
-    function of its config and seed), only progress is reported per finished run.
-    """
-    actions, duration, name = trace_actions(cfg)
-    plan = bound_plan(cfg, actions, duration) if with_bound else []
-    plan = [t for t in plan if rate_key(cfg, *t) not in RATE_CACHE]
-    runs: dict[str, PolicyRun] = {}
-    if jobs > 1 and len(cfg.policies) + len(plan) > 1:
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            futures: dict[Any, tuple[str, Any]] = {
-                pool.submit(_policy_task, cfg, p): ("policy", p) for p in cfg.policies
-            }
-            futures.update({pool.submit(_rate_task, cfg, *t): ("rate", t) for t in plan})
-            for fut in as_completed(futures):
-                kind, what = futures[fut]
-                if kind == "policy":
-                    runs[what] = fut.result()
-                else:
-                    key, rate = fut.result()
-                    RATE_CACHE[key] = rate
-                if progress is not None:
-                    label = what if kind == "policy" else f"bound: {what[1]} on {what[0]}"
-                    progress(label, 1.0, 1.0)
-    else:
-        for p in cfg.policies:
-            runs[p] = run_policy(cfg, p, progress=progress)
-    result = SimulationResult(cfg, name, duration, [runs[p] for p in cfg.policies])
-    if with_bound:
-        if progress is not None:
-            progress("bound", 0.0, 1.0)
-        result.bound = bound_for(cfg, actions, duration)
-        for r in result.runs:
-            r.summary["fraction_of_bound"] = result.bound.fraction(r.summary["trajectories"])
-        if progress is not None:
-            progress("bound", 1.0, 1.0)
-    return result

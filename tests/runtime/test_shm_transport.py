@@ -10,8 +10,9 @@ import pickle
 import pytest
 import torch
 
-from pearl.runtime.kv_transfer import KVLostError, get_transport
+from pearl.runtime.kv_transfer import KVLostError
 from pearl.runtime.shm_transport import SharedMemoryTransport, sweep_orphaned_segments
+from pearl.runtime.transports import get_transport
 
 from ._kv_helpers import _payload
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pearl.errors import InputError
+from pearl.sim.compare import run_simulation
 from pearl.sim.config import SimConfig
-from pearl.sim.runner import make_policy, run_simulation
+from pearl.sim.runner import make_policy
 
 
 def test_static_policy_names() -> None:

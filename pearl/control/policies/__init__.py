@@ -14,7 +14,8 @@ from pearl.control.policies.ablations import (
     PearlNoBorrow,
     PearlUngated,
 )
-from pearl.control.policies.base import Advisor, Policy, Verdict, scale_config
+from pearl.control.policies.advice import Advisor, Verdict, scale_config
+from pearl.control.policies.base import Policy
 from pearl.control.policies.pearl import Pearl
 from pearl.control.policies.rlboost import RLBoostPlus
 from pearl.control.policies.roll import Roll, RollLarge

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pearl.control.plan import PDConfig
-from pearl.control.policies.base import Verdict, scale_config
+from pearl.control.policies.advice import Verdict, scale_config
+from pearl.control.policies.engine_advisor import EngineAdvisor
 
 if TYPE_CHECKING:
-    from pearl.control.policies.base import Advisor, Policy
+    from pearl.control.policies.advice import Advisor
+    from pearl.control.policies.base import Policy
 
 
 class HeuristicAdvisor:
@@ -113,8 +115,6 @@ def make_advisor(
     Extra keyword arguments go to the advisor's constructor."""
     if hardware is None:
         return HeuristicAdvisor(policy, **kwargs)
-    from pearl.control.policies.engine_advisor import EngineAdvisor
-
     return EngineAdvisor(
         policy,
         hardware=hardware,

@@ -19,7 +19,7 @@ from pearl.control.decision import DecisionEngine, EngineConfig
 from pearl.control.gates import SwitchCostTracker, borrow_gate, expansion_gate
 from pearl.control.makespan import predict
 from pearl.control.plan import PDConfig
-from pearl.control.policies.base import Verdict
+from pearl.control.policies.advice import Verdict
 from pearl.control.profile import HardwarePrior, WorkloadProfile
 from pearl.control.tracker import RuntimeTracker
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pearl.sim.compare import default_jobs, run_simulation
 from pearl.sim.config import SimConfig
 from pearl.sim.experiments.common import BarPlot, ExperimentResult
-from pearl.sim.runner import Progress, default_jobs, run_simulation
+from pearl.sim.runner import Progress
 
 BATCHES = (32, 64, 128)
 MAX_LENS = (16384, 32768, 65536)
