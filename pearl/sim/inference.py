@@ -105,13 +105,9 @@ class InferenceWorker(BatchingCore):
             return self._after_mixed_s(seg)
         return seg.end_s
 
-    def interrupt_all(self, now_s: float) -> list[Partial]:
-        """Abort every request at now_s, keeping each one's generated tokens (paper §4.5).
-
-        Iterations finished by now_s count; the one running at now_s is lost. The computed KV
-        of interrupted requests stays as idle cached prefixes (unless this is a decode
-        worker); `clear_cache()` drops it when the worker's device state goes away.
-        """
+    def _cut_at(self, now_s: float) -> None:
+        """Apply the iterations finished by now_s and drop the rest of the current segment
+        (the iteration running at now_s is lost), so that the batch can change at now_s."""
         self._advance_to(now_s)
         seg = self._seg
         if seg is not None:
@@ -120,6 +116,15 @@ class InferenceWorker(BatchingCore):
                 self._apply(seg, n)
             self._seg = None
         self._t = max(self._t, now_s)
+
+    def interrupt_all(self, now_s: float) -> list[Partial]:
+        """Abort every request at now_s, keeping each one's generated tokens (paper §4.5).
+
+        Iterations finished by now_s count; the one running at now_s is lost. The computed KV
+        of interrupted requests stays as idle cached prefixes (unless this is a decode
+        worker); `clear_cache()` drops it when the worker's device state goes away.
+        """
+        self._cut_at(now_s)
         out: list[Partial] = []
         for s in self._decoding.values():
             s.sync(self._dstep)
@@ -172,14 +177,7 @@ class InferenceWorker(BatchingCore):
         )
         if held is None:
             return None
-        self._advance_to(now_s)
-        seg = self._seg
-        if seg is not None:
-            n = self._iters_done_by(seg, now_s)
-            if n > 0:
-                self._apply(seg, n)
-            self._seg = None
-        self._t = max(self._t, now_s)
+        self._cut_at(now_s)
         # the request may have finished in the iterations just applied
         if held in self._waiting:
             self._waiting.remove(held)
