@@ -122,10 +122,13 @@ class RayWorld(WorkerCommands):
         if isinstance(c, cmd.Interrupt | cmd.StopWorker):  # the book has interrupted them
             self.flights.cancel_on(c.worker_id)
         handler = getattr(self, f"_do_{type(c).__name__}", None)
-        if handler is None:
-            log.debug("world: nothing to do for %s", type(c).__name__)
-            return
+        if handler is None:  # as in the simulator: a command nobody executes is a bug
+            raise TypeError(f"unknown command {c!r}")
         handler(c)
+
+    def _do_AdmitGroup(self, c: cmd.AdmitGroup) -> None:
+        """Nothing to do here: admission is the controller's; its workers are already up and
+        synced, and they serve from the first turn routed to them."""
 
     def _do_StartRolloutBatch(self, c: cmd.StartRolloutBatch) -> None:
         for tid in c.traj_ids:

@@ -3,6 +3,8 @@ trajectory keeps its prefix and is routed again), never a stranded trajectory.""
 
 import asyncio
 
+import pytest
+
 from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.runtime.run_config import RunConfig
@@ -139,3 +141,18 @@ def test_a_route_waits_for_the_env_step_and_closes_a_finished_episode():
     assert not ran
     assert [type(e).__name__ for e in events] == ["TurnFinished", "TrajectoryDone"]
     assert events[0].worker_id == "w3"
+
+
+def test_unknown_commands_are_errors_in_both_worlds():
+    """A command no world executes is a bug: both worlds raise, neither drops it."""
+    from pearl.sim.config import SimConfig
+    from pearl.sim.world import World as SimWorld
+
+    class Bogus:
+        time_s = 0.0
+
+    with pytest.raises(TypeError, match="unknown command"):
+        _world([]).execute(Bogus())
+    with pytest.raises(TypeError, match="unknown command"):
+        SimWorld(SimConfig(), [], borrowing=False).execute(Bogus())
+    _world([]).execute(cmd.AdmitGroup("g", ("w0",)))  # admission: nothing for the world to do
