@@ -121,6 +121,7 @@ class _Workload:
     env_s: float
     wait: float
     h_max: float
+    seats: float  # `_seats`: sequences a worker's KV holds at once
     weights_fit: bool
     weight_gb: float
     mem_gb: float
@@ -154,6 +155,7 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         return observed if observed < mean else mean + (observed - mean) * k
 
     tail_turns = max(tail(profile.tail_turns, turns), 1.0)
+    h_max = profile.kv_capacity(num_gpus_per_worker)
     return _Workload(
         batch=float(batch),
         turns=turns,
@@ -177,7 +179,8 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         k_seq=ctx + n_d,
         env_s=profile.env_s_per_turn_mean,
         wait=min(max(profile.env_wait_fraction, 0.0), 0.99),
-        h_max=profile.kv_capacity(num_gpus_per_worker),
+        h_max=h_max,
+        seats=_seats(h_max, ctx + n_d, ctx + n_d / 2.0),
         weights_fit=hw.weights_fit(num_gpus_per_worker),
         weight_gb=hw.weight_bytes / 1e9,
         mem_gb=hw.worker_memory_bytes(num_gpus_per_worker) / 1e9,
@@ -225,12 +228,12 @@ def _prefill(
     return t_pf, tail, hit
 
 
-def _seats(w: _Workload) -> float:
+def _seats(h_max: float, k_seq: float, ctx_dec: float) -> float:
     """Sequences a worker's KV holds at once: admission is FIFO and allocates a whole
     context, so about one sequence's worth (`K_seq`) stays free at the head of the line."""
-    if w.h_max <= 0:
+    if h_max <= 0:
         return 1.0
-    return max(1.0, (w.h_max - w.k_seq) / w.ctx_dec)
+    return max(1.0, (h_max - k_seq) / ctx_dec)
 
 
 def _seat_path(w: _Workload, workers: np.ndarray, seat_s: np.ndarray) -> np.ndarray:
@@ -239,7 +242,7 @@ def _seat_path(w: _Workload, workers: np.ndarray, seat_s: np.ndarray) -> np.ndar
     least `n * seat_s / seats` (the response-time law of a closed system), for the tail's
     `T_tail` turns."""
     alive = w.batch / np.asarray(workers, dtype=float) * w.live
-    return w.tail_turns * alive * seat_s / _seats(w)
+    return w.tail_turns * alive * seat_s / w.seats
 
 
 def _step_s(w: _Workload, b: np.ndarray) -> np.ndarray:
@@ -250,7 +253,7 @@ def _decode(
     w: _Workload, workers: np.ndarray, away_s: np.ndarray | float = 0.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-worker decode concurrency, iteration time and busy time for `workers` workers."""
-    cap = _seats(w)
+    cap = w.seats
     full = w.batch / np.asarray(workers, dtype=float) * (1.0 - w.wait) * w.live
     b = np.clip(full, 1.0, cap)
     for _ in range(4 if np.any(np.asarray(away_s) > 0) else 0):
@@ -278,7 +281,7 @@ def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
     # Trajectories stay on their worker (prefix affinity): the tail's worker serves the
     # tail's turns and its other trajectories' through its KV seats.
     others = np.maximum(w.batch / n - 1.0, 0.0) * w.turns
-    tput = np.maximum(tput, (others + w.tail_turns) * seat_s / _seats(w))
+    tput = np.maximum(tput, (others + w.tail_turns) * seat_s / w.seats)
     return {
         "makespan_s": np.maximum(tput, crit),
         "throughput_bound_s": tput,

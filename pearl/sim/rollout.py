@@ -102,11 +102,7 @@ def _withdraw(world: World, tr: TrajRun) -> None:
         if generated is not None:
             tr.generated_tokens = generated
             world.touch(w)
-    tr.route = None
-    tr.resumed = True
-    if tr.timing is not None:
-        tr.timing.interrupted = True
-    world.stats.interrupted_requests += 1
+    _cut_turn(world, tr)
 
 
 def route(world: World, cmd: C.Route) -> None:
@@ -275,10 +271,15 @@ def interrupt_worker(world: World, w: SimWorker, *, preserve: bool) -> None:
     world.touch(w)
 
 
-def _interrupted(world: World, tr: TrajRun, worker_id: str) -> None:
+def _cut_turn(world: World, tr: TrajRun) -> None:
+    """The turn in flight is cut short: unrouted, to resume with a full prefill."""
     tr.route = None
     tr.resumed = True
     if tr.timing is not None:
         tr.timing.interrupted = True
     world.stats.interrupted_requests += 1
+
+
+def _interrupted(world: World, tr: TrajRun, worker_id: str) -> None:
+    _cut_turn(world, tr)
     world.emit(E.RequestInterrupted(world.core.now_s, tr.traj_id, worker_id, tr.generated_tokens))
