@@ -11,19 +11,17 @@ Every membership or role change goes through a `Plan` (`plan_transition` + `appl
   version once ready; the group is admitted (all `active` at once, with its deferred role
   changes) only when every member is ready and synced. Any failure cancels the group.
 
-`SchedulerCore` holds the controller's data; the rebuilder, the toggle manager and the
-controller add event handlers on top of it.
+`Scheduler` is the part of the controller that owns the pending groups; the rebuilder,
+the lender and the controller call it. It reads and changes the shared `ControlContext`.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
 from pearl.control import commands as cmd
-from pearl.control.book import TrajectoryBook
+from pearl.control.context import ControlContext
 from pearl.control.plan import (
     AddWorker,
     PDConfig,
@@ -35,11 +33,7 @@ from pearl.control.plan import (
     config_of,
     plan_transition,
 )
-from pearl.control.policies.base import Advisor, Policy
-from pearl.control.state import ClusterState, Gpu, Status, Zone
-
-log = logging.getLogger("pearl.control")
-_T = TypeVar("_T")
+from pearl.control.state import Status, Zone
 
 
 class ControllerError(RuntimeError):
@@ -60,71 +54,36 @@ class Group:
     last_ready_s: float | None = None
 
 
-class SchedulerCore:
-    """Shared data and the plan/group machinery. Subclasses add event handlers."""
+class Scheduler:
+    """Plans, groups and the worker lifecycle over the shared context.
 
-    policy: Policy
-    advisor: Advisor
-    book: TrajectoryBook
-    gpus_per_worker: int
-    latest_version: int
-    now_s: float
-    groups: dict[str, Group]
-    offered: dict[str, Gpu]
-    offer_window_s: float | None
-    idle_until: dict[str, float]
-    # Latest event time per GPU, to tell a late duplicate from news (see `_stale`).
-    offered_at: dict[str, float]
-    lost_at: dict[str, float]
-    wanted_at: dict[str, float]
-    restoring_since: dict[str, float]  # GPU -> when its RestoreTraining was emitted
-    training_gpus: dict[str, Gpu]
-    ignored: list[str]
-    decisions: list[str]
-    _state: ClusterState
-    _out: list[cmd.Command]
-    _group_seq: int
-    _redecide_pending: bool
+    `returning_gpus()` names held GPUs on their way back (no re-plan may use them; the
+    lender answers it); `after_transition()` runs what waited for a pending group (the
+    controller's re-decisions); both are given by the controller that composes the parts.
+    """
 
-    # Derived views of `_state` (read every event: which GPUs are borrowed, who serves);
-    # states are immutable, so they are memoised per state object (see `_of_state`).
-    _memo_state: ClusterState | None = None
-    _memo: dict[str, Any]
+    def __init__(
+        self,
+        ctx: ControlContext,
+        *,
+        returning_gpus: Callable[[], set[str]],
+        after_transition: Callable[[], None],
+    ) -> None:
+        self.ctx = ctx
+        self.groups: dict[str, Group] = {}
+        self._group_seq = 0
+        # A re-decision that waits for the pending groups to be admitted (a shrink or a
+        # switch planned while they initialise); the controller runs it after admission.
+        self.redecide_pending = False
+        self._returning_gpus = returning_gpus
+        self._after_transition = after_transition
+        starting = tuple(
+            w.worker_id for w in ctx.state.workers_with(statuses=(Status.INITIALIZING,))
+        )
+        if starting:  # workers the world is already starting form the initial group
+            self.groups["initial-0"] = Group("initial-0", "initial", starting, 0.0)
 
-    # -- small helpers ---------------------------------------------------------------------
-    def _of_state(self, key: str, compute: Callable[[], _T]) -> _T:
-        """`compute()` for the current state, memoised until `_state` is replaced. `compute`
-        must be a pure function of `_state` (states are immutable; identity is the key)."""
-        if self._memo_state is not self._state:
-            self._memo_state = self._state
-            self._memo = {}
-        try:
-            return self._memo[key]
-        except KeyError:
-            value = self._memo[key] = compute()
-            return value
-
-    def _emit(self, *commands: cmd.Command) -> None:
-        self._out.extend(commands)
-        for c in commands:
-            if isinstance(c, cmd.RestoreTraining):  # its TrainingRestored measures the return
-                for g in c.gpu_ids:
-                    self.restoring_since[g] = self.now_s
-
-    def _ignore(self, why: str) -> None:
-        self.ignored.append(f"t={self.now_s:.3f}: {why}")
-        log.info("ignored: %s", why)
-
-    def _decide(self, what: str) -> None:
-        self.decisions.append(f"t={self.now_s:.3f}: {what}")
-        log.info("decision: %s", what)
-
-    @staticmethod
-    def _stale(seen: dict[str, float], gpu_id: str, time_s: float, *, strict: bool) -> bool:
-        """Is an event at `time_s` about `gpu_id` older than the last opposite event?"""
-        last = seen.get(gpu_id, float("-inf"))
-        return time_s < last if strict else time_s <= last
-
+    # -- the pool ------------------------------------------------------------------------------
     def group_of(self, worker_id: str) -> Group | None:
         for g in self.groups.values():
             if worker_id in g.worker_ids:
@@ -132,44 +91,45 @@ class SchedulerCore:
         return None
 
     def _pending_gpus(self) -> set[str]:
+        s = self.ctx.state
         return {
             gid
             for g in self.groups.values()
             for w in g.worker_ids
-            if self._state.has_worker(w)
-            for gid in self._state.worker(w).gpu_ids
+            if s.has_worker(w)
+            for gid in s.worker(w).gpu_ids
         }
 
-    def _pool(self) -> list[str]:
-        """GPUs a re-plan may use: held, not under a draining worker or a pending group."""
+    def pool(self) -> list[str]:
+        """GPUs a re-plan may use: held, not under a draining worker or a pending group,
+        not on their way back."""
+        s = self.ctx.state
         busy = self._pending_gpus() | self._returning_gpus()
-        for w in self._state.workers_with(statuses=(Status.DRAINING,)):
+        for w in s.workers_with(statuses=(Status.DRAINING,)):
             busy.update(w.gpu_ids)
-        return [g.gpu_id for g in self._state.gpus if g.gpu_id not in busy]
+        return [g.gpu_id for g in s.gpus if g.gpu_id not in busy]
 
-    def _returning_gpus(self) -> set[str]:
-        """Held GPUs on their way back (hook; the toggle manager overrides it)."""
-        return set()
-
-    def _budget(self, pool: list[str]) -> int:
-        return len(pool) // self.gpus_per_worker
+    def budget(self, pool: list[str]) -> int:
+        """Workers `pool` hosts."""
+        return len(pool) // self.ctx.gpus_per_worker
 
     def current_config(self) -> PDConfig | None:
         """The PD config of the workers a re-plan would consider (active + inactive)."""
-        return config_of(self._state.view(self._pool()))
+        return config_of(self.ctx.state.view(self.pool()))
 
     # -- planning ----------------------------------------------------------------------------
-    def _plan(self, target: PDConfig | None, pool: list[str]) -> Plan | None:
+    def plan(self, target: PDConfig | None, pool: list[str]) -> Plan | None:
         """A plan over `pool` to `target` (shrunk by one worker at a time if it cannot be
         placed, e.g. GPUs split across nodes); None if the pool hosts no worker."""
-        view = self._state.view(pool)
-        n = self._budget(pool)
+        c = self.ctx
+        view = c.state.view(pool)
+        n = self.budget(pool)
         while n >= 1:
             want = target if target is not None and target.num_workers == n else None
             if want is None:
-                want = self.advisor.choose(n, config_of(view))
+                want = c.advisor.choose(n, config_of(view))
             try:
-                return plan_transition(view, want, pool, gpus_per_worker=self.gpus_per_worker)
+                return plan_transition(view, want, pool, gpus_per_worker=c.gpus_per_worker)
             except PlanError:
                 n -= 1
                 target = None
@@ -177,39 +137,40 @@ class SchedulerCore:
         ops = tuple(RemoveWorker(w.worker_id) for w in view.workers)
         return Plan(PDConfig.colocated(1), ops) if ops else None
 
-    def _replan(self, kind: str, *, urgent: bool, target: PDConfig | None = None) -> None:
-        plan = self._plan(target, self._pool())
+    def replan(self, kind: str, *, urgent: bool, target: PDConfig | None = None) -> None:
+        plan = self.plan(target, self.pool())
         if plan is not None and not plan.is_empty:
-            self._decide(f"{kind}: -> {plan.target} ({plan.num_ops} ops)")
-            self._execute(plan, kind, urgent=urgent)
+            self.ctx.decide(f"{kind}: -> {plan.target} ({plan.num_ops} ops)")
+            self.execute(plan, kind, urgent=urgent)
 
-    def _may_start(self, kind: str) -> bool:
+    def may_start(self, kind: str) -> bool:
         """Whether a new `kind` ("expand" or "borrow") group may start now. One expansion
         and one borrow may initialise side by side (they add workers on disjoint GPUs, the
         paper's two elastic paths, §4.5 and §4.6); anything else waits for the pending
         groups: a second group of the same kind, a re-plan, or a group whose admission
         will change the roles of serving workers (its plan assumed today's topology)."""
-        if self.policy.admit_individually:
+        if self.ctx.policy.admit_individually:
             return True
         return all(
             g.kind in ("expand", "borrow") and g.kind != kind and not g.deferred
             for g in self.groups.values()
         )
 
-    def _concurrent_plan_ok(self, plan: Plan) -> bool:
+    def concurrent_plan_ok(self, plan: Plan) -> bool:
         """A plan made while other groups are pending may only add workers: a role change
         of a serving worker could contradict the pending group's own plan."""
         return not self.groups or (not plan.role_changes and not plan.removes)
 
-    def _execute(self, plan: Plan, kind: str, *, urgent: bool) -> Group | None:
+    def execute(self, plan: Plan, kind: str, *, urgent: bool) -> Group | None:
         """Carry out `plan` (see module doc). Returns the new group, if any."""
+        c = self.ctx
         for op in plan.removes:
-            w = self._state.worker(op.worker_id)
+            w = c.state.worker(op.worker_id)
             if urgent or w.status == Status.INITIALIZING:
-                self._kill_worker(w.worker_id, interrupt=True)
+                self.kill_worker(w.worker_id, interrupt=True)
             elif w.status != Status.DRAINING:
-                self._state = self._state.update_worker(w.worker_id, status=Status.DRAINING)
-                self._emit(cmd.Drain(w.worker_id))
+                c.state = c.state.update_worker(w.worker_id, status=Status.DRAINING)
+                c.emit(cmd.Drain(w.worker_id))
         roles = plan.role_changes
         adds = plan.adds
         defer = bool(adds) and kind in ("expand", "borrow")
@@ -217,8 +178,8 @@ class SchedulerCore:
             self._set_roles(roles)
         if not adds:
             return None
-        self._state = apply(self._state, adds)
-        if self.policy.admit_individually:
+        c.state = apply(c.state, adds)
+        if c.policy.admit_individually:
             groups = [self._new_group(kind, (a,), ()) for a in adds]
             return groups[-1]
         return self._new_group(kind, adds, roles if defer else ())
@@ -228,56 +189,57 @@ class SchedulerCore:
     ) -> Group:
         self._group_seq += 1
         gid = f"{kind}-{self._group_seq}"
-        g = Group(gid, kind, tuple(a.worker_id for a in adds), self.now_s, deferred)
+        g = Group(gid, kind, tuple(a.worker_id for a in adds), self.ctx.now_s, deferred)
         self.groups[gid] = g
         for a in adds:
-            self._emit(cmd.InitWorker(a.worker_id, a.gpu_ids, a.role, gid))
+            self.ctx.emit(cmd.InitWorker(a.worker_id, a.gpu_ids, a.role, gid))
         return g
 
     def _set_roles(self, roles: tuple[SetRole, ...]) -> None:
+        c = self.ctx
         ok = tuple(
             op
             for op in roles
-            if self._state.has_worker(op.worker_id)
-            and self._state.worker(op.worker_id).status != Status.DRAINING
+            if c.state.has_worker(op.worker_id)
+            and c.state.worker(op.worker_id).status != Status.DRAINING
         )
-        self._state = apply(self._state, ok)
-        self._emit(*(cmd.ChangeRole(op.worker_id, op.role) for op in ok))
+        c.state = apply(c.state, ok)
+        c.emit(*(cmd.ChangeRole(op.worker_id, op.role) for op in ok))
 
-    def _kill_worker(self, worker_id: str, *, interrupt: bool) -> None:
+    def kill_worker(self, worker_id: str, *, interrupt: bool) -> None:
         """Remove a worker now: interrupt its requests (preserving progress) and stop it."""
-        if interrupt and self.book.num_on_worker(worker_id):
-            self._emit(cmd.Interrupt(worker_id))
-        self.book.interrupt_workers([worker_id])
-        self.book.forget_worker(worker_id)
-        self._emit(cmd.StopWorker(worker_id))
-        self._state = apply(self._state, (RemoveWorker(worker_id),))
+        c = self.ctx
+        if interrupt and c.book.num_on_worker(worker_id):
+            c.emit(cmd.Interrupt(worker_id))
+        c.book.interrupt_workers([worker_id])
+        c.book.forget_worker(worker_id)
+        c.emit(cmd.StopWorker(worker_id))
+        c.state = apply(c.state, (RemoveWorker(worker_id),))
 
     # -- groups --------------------------------------------------------------------------------
     def _try_admit(self, g: Group) -> None:
         """Admit `g` when every member is ready and synced to an admissible version
         (`TrajectoryBook.version_admissible`)."""
-        members = [self._state.worker(w) for w in g.worker_ids]
+        c = self.ctx
+        members = [c.state.worker(w) for w in g.worker_ids]
         if len(g.synced) < len(members):
             return
-        if not all(
-            self.book.version_admissible(w.weight_version, self.latest_version) for w in members
-        ):
+        if not all(c.book.version_admissible(w.weight_version, c.latest_version) for w in members):
             return
         self._set_roles(g.deferred)
         for w in g.worker_ids:
-            self._state = self._state.update_worker(w, status=Status.ACTIVE)
+            c.state = c.state.update_worker(w, status=Status.ACTIVE)
         del self.groups[g.group_id]
-        self._emit(cmd.AdmitGroup(g.group_id, g.worker_ids))
-        self._decide(f"admit {g.group_id} ({len(g.worker_ids)} workers)")
+        c.emit(cmd.AdmitGroup(g.group_id, g.worker_ids))
+        c.decide(f"admit {g.group_id} ({len(g.worker_ids)} workers)")
         if g.kind in ("expand", "borrow"):
-            ready_s = g.last_ready_s if g.last_ready_s is not None else self.now_s
-            prep_s, finalize_s = ready_s - g.started_s, self.now_s - ready_s
-            borrowed = g.kind == "borrow" or bool(self._state.gpus_in(Zone.OVERLAP))
-            self.advisor.record_switch(g.kind, prep_s, finalize_s, borrowed=borrowed)
+            ready_s = g.last_ready_s if g.last_ready_s is not None else c.now_s
+            prep_s, finalize_s = ready_s - g.started_s, c.now_s - ready_s
+            borrowed = g.kind == "borrow" or bool(c.state.gpus_in(Zone.OVERLAP))
+            c.advisor.record_switch(g.kind, prep_s, finalize_s, borrowed=borrowed)
         self._after_transition()
 
-    def _cancel_group(
+    def cancel_group(
         self, g: Group, reason: str, *, failed: str | None = None, censored: bool = False
     ) -> list[str]:
         """Stop every worker of `g` (except the one that failed); returns the group's GPUs.
@@ -285,89 +247,108 @@ class SchedulerCore:
         `censored`: the group was cut short by its GPUs leaving, so the switch it was making
         took at least as long as it had run; the advisor hears that lower bound (without
         it, the switches that take longest are the ones never measured)."""
-        if censored and g.kind in ("expand", "borrow") and self.now_s > g.started_s:
-            borrowed = g.kind == "borrow" or bool(self._state.gpus_in(Zone.OVERLAP))
-            self.advisor.record_switch(
-                g.kind, self.now_s - g.started_s, 0.0, borrowed=borrowed, censored=True
+        c = self.ctx
+        if censored and g.kind in ("expand", "borrow") and c.now_s > g.started_s:
+            borrowed = g.kind == "borrow" or bool(c.state.gpus_in(Zone.OVERLAP))
+            c.advisor.record_switch(
+                g.kind, c.now_s - g.started_s, 0.0, borrowed=borrowed, censored=True
             )
         gpus: list[str] = []
         for w in g.worker_ids:
-            if not self._state.has_worker(w):
+            if not c.state.has_worker(w):
                 continue
-            gpus.extend(self._state.worker(w).gpu_ids)
+            gpus.extend(c.state.worker(w).gpu_ids)
             if w == failed:
-                self._state = apply(self._state, (RemoveWorker(w),))
+                c.state = apply(c.state, (RemoveWorker(w),))
             else:
-                self._kill_worker(w, interrupt=False)
+                self.kill_worker(w, interrupt=False)
         del self.groups[g.group_id]
-        self._decide(f"cancel {g.group_id}: {reason}")
+        c.decide(f"cancel {g.group_id}: {reason}")
         return gpus
 
-    def _give_back(self, gpu_ids: list[str], *, to_provider: frozenset[str] = frozenset()) -> None:
+    def give_back(self, gpu_ids: list[str], *, to_provider: frozenset[str] = frozenset()) -> None:
         """GPUs of a cancelled group go back where they came from: preemptible ones to the
         offered pool (or to the provider if listed), overlap ones to training, dedicated
         ones stay held (free)."""
-        preempt = [g for g in gpu_ids if self._state.gpu(g).zone == Zone.PREEMPTIBLE]
-        overlap = [g for g in gpu_ids if self._state.gpu(g).zone == Zone.OVERLAP]
+        c = self.ctx
+        preempt = [g for g in gpu_ids if c.state.gpu(g).zone == Zone.PREEMPTIBLE]
+        overlap = [g for g in gpu_ids if c.state.gpu(g).zone == Zone.OVERLAP]
         release = tuple(g for g in preempt if g in to_provider)
         for g in preempt:
             if g not in to_provider:
-                self.offered[g] = self._state.gpu(g)
+                c.offered[g] = c.state.gpu(g)
         if release:
-            self._emit(cmd.ReleaseGpus(release, "provider"))
+            c.emit(cmd.ReleaseGpus(release, "provider"))
         if overlap:
-            self._emit(cmd.ReleaseGpus(tuple(overlap), "training"))
-            self._emit(cmd.RestoreTraining(tuple(overlap)))
-        self._state = self._state.without_gpus(preempt + overlap)
+            c.emit(cmd.ReleaseGpus(tuple(overlap), "training"))
+            c.emit(cmd.RestoreTraining(tuple(overlap)))
+        c.state = c.state.without_gpus(preempt + overlap)
 
-    def _after_transition(self) -> None:
-        """Hook: run what waited for a pending group (overridden by the controller)."""
+    def expire(self, limit_s: float) -> None:
+        """Cancel groups that never finished starting within `limit_s` (a worker that never
+        reports back); their GPUs go back where they came from."""
+        now = self.ctx.now_s
+        for g in [g for g in self.groups.values() if now - g.started_s > limit_s]:
+            late = [w for w in g.worker_ids if w not in g.synced]
+            self.give_back(self.cancel_group(g, f"not ready after {limit_s:.0f}s: {late}"))
 
     # -- worker lifecycle events -------------------------------------------------------------
-    def _on_worker_ready(self, worker_id: str) -> None:
+    def on_worker_ready(self, worker_id: str) -> None:
         g = self.group_of(worker_id)
         if g is None or worker_id in g.ready:
-            self._ignore(f"ready for unknown or already-ready worker {worker_id}")
+            self.ctx.ignore(f"ready for unknown or already-ready worker {worker_id}")
             return
         g.ready.add(worker_id)
-        g.last_ready_s = self.now_s
-        self._emit(cmd.SyncWeights(worker_id, self.latest_version))
+        g.last_ready_s = self.ctx.now_s
+        self.ctx.emit(cmd.SyncWeights(worker_id, self.ctx.latest_version))
 
-    def _on_init_failed(self, worker_id: str, reason: str) -> None:
+    def on_init_failed(self, worker_id: str, reason: str) -> None:
         g = self.group_of(worker_id)
         if g is None:
-            self._ignore(f"init failure of unknown worker {worker_id}")
+            self.ctx.ignore(f"init failure of unknown worker {worker_id}")
             return
-        failed_gpus = frozenset(self._state.worker(worker_id).gpu_ids)
-        gpus = self._cancel_group(
-            g, f"{worker_id} failed to initialise: {reason}", failed=worker_id
-        )
-        self._give_back(gpus, to_provider=failed_gpus)
+        failed_gpus = frozenset(self.ctx.state.worker(worker_id).gpu_ids)
+        gpus = self.cancel_group(g, f"{worker_id} failed to initialise: {reason}", failed=worker_id)
+        self.give_back(gpus, to_provider=failed_gpus)
 
-    def _on_weights_synced(self, worker_id: str, version: int) -> None:
-        if not self._state.has_worker(worker_id):
-            self._ignore(f"weights synced on unknown worker {worker_id}")
+    def on_weights_synced(self, worker_id: str, version: int) -> None:
+        c = self.ctx
+        if not c.state.has_worker(worker_id):
+            c.ignore(f"weights synced on unknown worker {worker_id}")
             return
-        w = self._state.worker(worker_id)
+        w = c.state.worker(worker_id)
         if version > w.weight_version:
-            self._state = self._state.update_worker(worker_id, weight_version=version)
+            c.state = c.state.update_worker(worker_id, weight_version=version)
         g = self.group_of(worker_id)
         if g is None:
             return
         if worker_id not in g.ready:
-            self._ignore(f"weights synced on {worker_id} before it was ready")
+            c.ignore(f"weights synced on {worker_id} before it was ready")
             return
-        if not self.book.version_admissible(max(version, w.weight_version), self.latest_version):
+        if not c.book.version_admissible(max(version, w.weight_version), c.latest_version):
             return  # a SyncWeights to the latest version is on its way
         # The sync to the latest version goes on after admission.
         g.synced.add(worker_id)
         self._try_admit(g)
 
-    def _on_worker_drained(self, worker_id: str) -> None:
-        if not self._state.has_worker(worker_id):
-            self._ignore(f"drained: unknown worker {worker_id}")
+    def on_new_version(self, version: int) -> None:
+        """New weights exist: every serving or ready-to-sync worker syncs to them; a pending
+        group's member synced to a version no longer admissible must sync again."""
+        c = self.ctx
+        for w in c.state.workers:
+            g = self.group_of(w.worker_id)
+            ready = g is not None and w.worker_id in g.ready
+            if w.status == Status.ACTIVE or ready:
+                c.emit(cmd.SyncWeights(w.worker_id, version))
+            if g is not None and not c.book.version_admissible(w.weight_version, version):
+                g.synced.discard(w.worker_id)
+
+    def on_worker_drained(self, worker_id: str) -> None:
+        c = self.ctx
+        if not c.state.has_worker(worker_id):
+            c.ignore(f"drained: unknown worker {worker_id}")
             return
-        if self._state.worker(worker_id).status != Status.DRAINING:
-            self._ignore(f"drained: worker {worker_id} was not draining")
+        if c.state.worker(worker_id).status != Status.DRAINING:
+            c.ignore(f"drained: worker {worker_id} was not draining")
             return
-        self._kill_worker(worker_id, interrupt=True)
+        self.kill_worker(worker_id, interrupt=True)

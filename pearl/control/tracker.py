@@ -350,4 +350,3 @@ def _blend_quality(new: FitQuality, old: FitQuality, a: float) -> FitQuality:
         a * new.rel_rms_residual + (1 - a) * old.rel_rms_residual,
         a * new.confidence + (1 - a) * old.confidence,
     )
-

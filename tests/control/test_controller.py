@@ -239,7 +239,7 @@ def test_late_duplicates_are_told_from_news_by_time():
 
     old_idle = E.TrainingIdle(6.0, ("t0",), 500.0)
     ctl.handle(E.TrainingWants(7.0, ("t0",), 9.0))
-    assert ctl.handle(old_idle) == [] and "t0" not in ctl.idle_until
+    assert ctl.handle(old_idle) == [] and "t0" not in ctl.toggle.idle_until
 
     tid = ctl.book.step_trajs(0)[0].traj_id
     ready = E.TrajectoryReady(10.0, tid)

@@ -110,7 +110,7 @@ def test_rlboost_budget_returns_training_gpus_early_and_retunes():
     """`rlboost+` borrows whenever idle; once its turn budget is spent the borrowed workers
     drain and the GPUs go back early; the unused bubble then grows the budget."""
     ctl = booted("rlboost+", 1)
-    ctl.borrow_budget_turns = 1
+    ctl.toggle.budget.turns = 1
     bring_up(ctl, ctl.handle(E.TrainingIdle(2.0, ("t0",), 500.0)), 3.0)
     borrowed = ctl.state.owner_of("t0")
     assert borrowed is not None
@@ -126,12 +126,12 @@ def test_rlboost_budget_returns_training_gpus_early_and_retunes():
     for t in ctl.book.step_trajs(0):
         ctl.handle(E.TrajectoryDone(12.0, t.traj_id))
     ctl.handle(E.RolloutStepFinished(100.0, 0))
-    assert ctl.borrow_budget_turns > 1
+    assert ctl.toggle.budget.turns > 1
     # A forced return (training waited for its GPUs) shrinks the budget again.
-    ctl.borrow_budget_turns = 8
+    ctl.toggle.budget.turns = 8
     bring_up(ctl, ctl.handle(E.TrainingIdle(101.0, ("t0",), 500.0)), 102.0)
     ctl.handle(E.TrainingWants(103.0, ("t0",), 110.0))
-    assert ctl.borrow_budget_turns == 6
+    assert ctl.toggle.budget.turns == 6
 
 
 def test_no_borrow_and_ungated_ablations():

@@ -28,7 +28,7 @@ def test_world_is_a_fixed_pool_without_offers_or_borrowing() -> None:
     cfg = SimConfig().with_updates(**{"trace.trace": "seg2"})
     world, controller, _, duration = build(cfg, "roll-large")
     assert len(world.dedicated) == 10 and duration == 7200.0
-    assert controller.policy.name == "roll-large" and not controller.training_gpus
+    assert controller.policy.name == "roll-large" and not controller.toggle.training_gpus
     run = run_policy(cfg.with_updates(**{"trace.duration_s": 900.0}), "roll-large")
     assert not any(run.summary["reconfigurations"].values())
     assert run.summary["trajectories"] > 0

@@ -17,7 +17,7 @@ from pearl.control.policies.ablations import (
 from pearl.control.policies.advice import Advisor, Verdict, scale_config
 from pearl.control.policies.base import Policy
 from pearl.control.policies.pearl import Pearl
-from pearl.control.policies.rlboost import RLBoostPlus
+from pearl.control.policies.rlboost import RLBoostPlus, TurnBudget
 from pearl.control.policies.roll import Roll, RollLarge
 
 REGISTRY: dict[str, Callable[[], Policy]] = {
@@ -50,4 +50,21 @@ def get_policy(name: str) -> Policy:
     return factory()
 
 
-__all__ = ["Advisor", "Policy", "Verdict", "get_policy", "policy_names", "scale_config"]
+def borrow_budget(policy: Policy) -> TurnBudget | None:
+    """The turn budget a `budgeted` policy's borrows run under (RLBoost's adaptive offload);
+    None for every other borrow mode (a borrow lasts until training wants its GPUs)."""
+    if policy.borrow != "budgeted":
+        return None
+    return TurnBudget(policy.initial_borrow_budget_turns)
+
+
+__all__ = [
+    "Advisor",
+    "Policy",
+    "TurnBudget",
+    "Verdict",
+    "borrow_budget",
+    "get_policy",
+    "policy_names",
+    "scale_config",
+]
