@@ -10,7 +10,7 @@ from rich.table import Table
 
 from pearl.cli.common import console, guarded, print_json
 from pearl.cli.profile_cmd import load_profile
-from pearl.control.decision import MODES, Candidate, Decision, DecisionEngine, EngineConfig
+from pearl.control.decision import MODES, Candidate, Decision, DecisionConfig, DecisionEngine
 from pearl.control.plan import PDConfig
 from pearl.errors import InputError
 
@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
                 "<argument>", f"use modes from {', '.join(MODES)}, got '{modes}'", field="--modes"
             )
         try:
-            cfg = EngineConfig(mode_threshold, ratio_threshold, gpus_per_worker)
+            cfg = DecisionConfig(mode_threshold, ratio_threshold, gpus_per_worker)
         except ValueError as err:
             raise InputError("<argument>", str(err), field="--mode-threshold") from None
         decision = DecisionEngine(cfg).decide(profile, num_workers, b, cur, modes=wanted)

@@ -1,6 +1,6 @@
 """The controller's context: the data every part of the controller reads and changes.
 
-The controller is composed of parts (`Scheduler`: plans, groups and the worker lifecycle;
+The controller is composed of parts (`ElasticScheduler`: plans, groups and the worker lifecycle;
 `Rebuilder`: preemptible GPUs; `Lender`: borrowed training GPUs; the controller itself:
 batches, routing and re-decisions). They share exactly one object, this context: the
 cluster state (replaced, never mutated: states are immutable), the GPUs offered but not

@@ -6,8 +6,8 @@ its advisor. A world (simulator or Ray runtime) feeds it events and executes the
 it returns in order; every command's completion comes back as a later event (see
 `pearl.control.commands`).
 
-It is composed of parts over one shared `ControlContext` (`context.py`): the `Scheduler`
-(`scheduler.py`: plans, groups, worker lifecycle), the inter-scale `Rebuilder`
+It is composed of parts over one shared `ControlContext` (`context.py`): the `ElasticScheduler`
+(`elastic.py`: plans, groups, worker lifecycle), the inter-scale `Rebuilder`
 (`rebuilder.py`), the intra-scale `ToggleManager` (`toggle.py`, with a policy's borrow
 budget), and here the pipeline side: batches, weight versions, routing, re-decisions after
 each step, and the table of which part handles each event.
@@ -27,13 +27,13 @@ from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.control.book import TrajectoryBook, TrajState
 from pearl.control.context import ControlContext
+from pearl.control.elastic import ControllerError, ElasticScheduler, Group
 from pearl.control.plan import PDConfig
 from pearl.control.policies import borrow_budget, get_policy
 from pearl.control.policies.base import Advisor, Policy
 from pearl.control.profile import HardwarePrior
 from pearl.control.rebuilder import Rebuilder
 from pearl.control.router import route_queued
-from pearl.control.scheduler import ControllerError, Group, Scheduler
 from pearl.control.state import ClusterState, Gpu, Status
 from pearl.control.toggle import ToggleManager
 
@@ -95,7 +95,7 @@ class Controller:
         )
         # The parts, each over the one context; the scheduler's two hooks are the toggle
         # manager's returning GPUs and the re-decisions after a group's admission.
-        self.scheduler = Scheduler(
+        self.scheduler = ElasticScheduler(
             self.ctx,
             returning_gpus=lambda: self.toggle.returning_gpus(),
             after_transition=self._after_transition,

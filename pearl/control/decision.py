@@ -42,7 +42,7 @@ MODES = ("colocated", "disaggregated")
 
 
 @dataclass(frozen=True, slots=True)
-class EngineConfig:
+class DecisionConfig:
     """Hysteresis thresholds (relative makespan saving) and the worker size."""
 
     mode_switch_threshold: float = 0.10
@@ -202,8 +202,8 @@ class CandidateTable(Sequence[Candidate]):
 class DecisionEngine:
     """Pure and deterministic: equal inputs give equal decisions."""
 
-    def __init__(self, cfg: EngineConfig | None = None) -> None:
-        self.cfg = cfg or EngineConfig()
+    def __init__(self, cfg: DecisionConfig | None = None) -> None:
+        self.cfg = cfg or DecisionConfig()
 
     def candidates(
         self,

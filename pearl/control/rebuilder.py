@@ -1,6 +1,6 @@
 """The inter-scale cluster rebuilder: preemptible GPUs come and go (paper §4.5).
 
-A part of the controller (see `pearl.control.context`); it plans through the `Scheduler`.
+A part of the controller (see `pearl.control.context`); it plans through the `ElasticScheduler`.
 
 * An offer is optional: the GPUs wait in the offered pool until the expansion gate admits
   them (and no other transition is pending). Admitted GPUs get workers initialised in the
@@ -19,15 +19,15 @@ from typing import Literal
 
 from pearl.control import commands as cmd
 from pearl.control.context import ControlContext
+from pearl.control.elastic import ElasticScheduler
 from pearl.control.plan import config_of
-from pearl.control.scheduler import Scheduler
 from pearl.control.state import Gpu, Zone
 
 
 class Rebuilder:
     """Offers, reclaims and GPUs gone; also the urgent shrink the lender's returns use."""
 
-    def __init__(self, ctx: ControlContext, scheduler: Scheduler) -> None:
+    def __init__(self, ctx: ControlContext, scheduler: ElasticScheduler) -> None:
         self.ctx = ctx
         self.scheduler = scheduler
         self.offer_window_s: float | None = None

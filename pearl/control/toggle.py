@@ -1,6 +1,6 @@
 """The intra-scale toggle manager: borrow idle training GPUs, return them on time (§4.6).
 
-A part of the controller (see `pearl.control.context`); it plans through the `Scheduler`
+A part of the controller (see `pearl.control.context`); it plans through the `ElasticScheduler`
 and returns GPUs through the `Rebuilder`'s urgent shrink.
 
 * `TrainingIdle`: the GPUs become borrowable until about `idle_until_s`. Borrowing is
@@ -24,9 +24,9 @@ from collections.abc import Iterable
 
 from pearl.control import commands as cmd
 from pearl.control.context import ControlContext
+from pearl.control.elastic import ElasticScheduler
 from pearl.control.policies.rlboost import TurnBudget
 from pearl.control.rebuilder import Rebuilder
-from pearl.control.scheduler import Scheduler
 from pearl.control.state import Gpu, Zone
 
 
@@ -37,7 +37,7 @@ class ToggleManager:
     def __init__(
         self,
         ctx: ControlContext,
-        scheduler: Scheduler,
+        scheduler: ElasticScheduler,
         rebuilder: Rebuilder,
         *,
         training_gpus: Iterable[Gpu] = (),

@@ -17,7 +17,7 @@ _ZONE_ORDER = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}
 
 
 @dataclass(frozen=True)
-class Segment:
+class Span:
     """GPU `gpu_id` is in `zone` and in condition `kind` from `start_s` to `end_s`.
 
     `kind` is `idle` (present, no worker), a role (`colocated`, `prefill`, `decode`) for an
@@ -33,10 +33,10 @@ class Segment:
     end_s: float
 
 
-def segments(history: Sequence[tuple[float, ClusterState]], end_s: float) -> list[Segment]:
+def segments(history: Sequence[tuple[float, ClusterState]], end_s: float) -> list[Span]:
     """Merge consecutive snapshots into maximal segments per GPU (history sorted by time)."""
     open_: dict[str, tuple[str, str, str | None, float]] = {}
-    out: list[Segment] = []
+    out: list[Span] = []
     for t, state in history:
         present = set()
         for g in state.gpus:
@@ -46,13 +46,13 @@ def segments(history: Sequence[tuple[float, ClusterState]], end_s: float) -> lis
             if cur is not None and (cur[0], cur[1], cur[2]) == (g.zone.value, kind, wid):
                 continue
             if cur is not None:
-                out.append(Segment(g.gpu_id, cur[0], cur[1], cur[2], cur[3], t))
+                out.append(Span(g.gpu_id, cur[0], cur[1], cur[2], cur[3], t))
             open_[g.gpu_id] = (g.zone.value, kind, wid, t)
         for gid in [g for g in open_ if g not in present]:
             z, k, w, s = open_.pop(gid)
-            out.append(Segment(gid, z, k, w, s, t))
+            out.append(Span(gid, z, k, w, s, t))
     for gid, (z, k, w, s) in open_.items():
-        out.append(Segment(gid, z, k, w, s, max(end_s, s)))
+        out.append(Span(gid, z, k, w, s, max(end_s, s)))
     return out
 
 
@@ -67,9 +67,7 @@ COLORS = {
 }
 
 
-def plot_timeline(
-    segs: Sequence[Segment], path: Path, *, title: str = "GPU roles over time"
-) -> Path:
+def plot_timeline(segs: Sequence[Span], path: Path, *, title: str = "GPU roles over time") -> Path:
     """Write a PNG with one row per GPU (grouped by zone) and coloured role/status bars."""
     import matplotlib
 

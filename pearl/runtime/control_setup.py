@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from pearl.control.controller import Controller
-from pearl.control.decision import EngineConfig
+from pearl.control.decision import DecisionConfig
 from pearl.control.gates import SwitchCosts, SwitchCostTracker
 from pearl.control.policies import get_policy
 from pearl.control.policies.base import Policy
@@ -45,7 +45,7 @@ def build_controller(
         batch_size=cfg.rollout.batch_size,
         gpus_per_worker=cfg.cluster.gpus_per_worker,
         costs=costs,
-        engine_config=EngineConfig(
+        engine_config=DecisionConfig(
             mode_switch_threshold=cfg.controller.mode_switch_threshold,
             ratio_switch_threshold=cfg.controller.ratio_switch_threshold,
             num_gpus_per_worker=cfg.cluster.gpus_per_worker,

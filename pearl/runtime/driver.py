@@ -22,12 +22,12 @@ from pearl.control import events as ev
 from pearl.control.plan import config_of
 from pearl.control.state import ClusterState, Gpu, Status, Zone
 from pearl.runtime.control_setup import build_controller, run_policy
-from pearl.runtime.lending import Lending
-from pearl.runtime.pipeline import TrainingPipeline
+from pearl.runtime.lending import TrainingLending
+from pearl.runtime.pipeline import TrainingPipeline, checkpoint_dir, load_checkpoint
 from pearl.runtime.run_config import RunConfig, dump_run_config
 from pearl.runtime.snapshots import REGISTRY_NAME as REGISTRY
-from pearl.runtime.trace_player import TracePlaying
-from pearl.runtime.trainer.trainer import TrainerConfig
+from pearl.runtime.trace_player import TracePlayer, load_node_actions
+from pearl.runtime.trainer.grpo_trainer import GrpoConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
 
 log = logging.getLogger(__name__)
@@ -44,11 +44,15 @@ def run(
 ) -> dict[str, Any]:
     """Run (or resume) a whole training run; returns its summary (also in metrics.json)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    driver = Driver(cfg, Path(out_dir), resume=resume, live=live, config_dir=config_dir)
+    driver = RunDriver(cfg, Path(out_dir), resume=resume, live=live, config_dir=config_dir)
     return asyncio.run(driver.main())
 
 
-class Driver(TrainingPipeline, Lending, TracePlaying):
+class RunDriver:
+    """One run: the controller, the `RayWorld` it commands, and the driver's own components,
+    the `TrainingPipeline` (batches to the trainer) and the `TracePlayer` (the availability
+    trace on the local cluster), built in `_run` once Ray is up."""
+
     def __init__(
         self, cfg: RunConfig, out_dir: Path, *, resume: bool, live: bool, config_dir: Path | None
     ) -> None:
@@ -63,20 +67,7 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
         self.training_gpus = tuple(
             Gpu(f"t{i}", Zone.OVERLAP, "training") for i in range(cfg.cluster.num_training)
         )
-        self.lent: set[str] = set()
-        self.wants_deadline: float | None = None
-        self.trained_steps = 0
-        self.version = 0
-        self.ready_steps: dict[int, tuple[list[RuntimeTrajectory], list[Any]]] = {}
-        self.step_started: dict[int, float] = {}
-        self.step_makespan: dict[int, float] = {}
-        self.step_predicted: dict[int, float | None] = {}
-        self.step_metrics: list[dict[str, Any]] = []
-        self.training = False
-        self.expected_rollout_s = 30.0
         self.events_log: list[str] = []
-        self.late_returns = 0
-        self.restore_deferred: set[str] = set()  # restored by _return_after_parks
         self._last_state: ClusterState | None = None
         self._num_decisions = 0
 
@@ -109,12 +100,12 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
 
         cfg = self.cfg
         # bad input is refused before anything is started or written
-        self.all_trace_actions = self._trace_actions()
+        self.node_actions = load_node_actions(cfg, self.config_dir)
         if cfg.model.checkpoint_dir is not None:
             from pearl.runtime.engine import ModelConfig
 
             ModelConfig.from_json_file(Path(cfg.model.checkpoint_dir) / "config.json")
-        ckpt = self._load_checkpoint() if self.resume else None
+        ckpt = load_checkpoint(self.out_dir) if self.resume else None
         self.recorder = RunRecorder(self.out_dir, dump_run_config(cfg), resume=self.resume)
         self._start_ray()
         try:
@@ -153,7 +144,7 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
         if cfg.model.checkpoint_dir is None:
             model_cfg = ModelConfig.tiny(**cfg.model.tiny_overrides)
         self.registry = get_registry(name=REGISTRY, keep=cfg.rollout.max_staleness + 3)
-        tcfg = TrainerConfig(
+        tcfg = GrpoConfig(
             lr=cfg.trainer.lr,
             clip_eps=cfg.trainer.clip_eps,
             kl_coef=cfg.trainer.kl_coef,
@@ -169,19 +160,20 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
             pad_id=ByteTokenizer().pad_token_id,
             torch_threads=cfg.engine.torch_threads,
         )
+        version, trained_steps, step_metrics, expected_rollout_s = 0, 0, [], 30.0
         if ckpt is not None:
-            self.version = await _aget(
-                self.trainer.load.remote(str(self._ckpt_dir() / "trainer.pt"))
+            version = await _aget(
+                self.trainer.load.remote(str(checkpoint_dir(self.out_dir) / "trainer.pt"))
             )
-            self.trained_steps = int(ckpt["trained_steps"])
-            self.step_metrics = list(ckpt["step_metrics"])
-            self.expected_rollout_s = float(ckpt["expected_rollout_s"])
+            trained_steps = int(ckpt["trained_steps"])
+            step_metrics = list(ckpt["step_metrics"])
+            expected_rollout_s = float(ckpt["expected_rollout_s"])
             self.time_offset_s = float(ckpt["time_s"])
             self.note(
                 "resume",
-                f"run resumed from its checkpoint after step {self.trained_steps} (version {self.version})",
+                f"run resumed from its checkpoint after step {trained_steps} (version {version})",
             )
-        self.version = await _aget(self.trainer.publish.remote())
+        version = await _aget(self.trainer.publish.remote())
         spec = EngineSpec(
             model_config=model_cfg,
             checkpoint_dir=cfg.model.checkpoint_dir,
@@ -193,6 +185,7 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
             max_model_len=cfg.rollout.max_context_tokens + cfg.rollout.max_new_tokens,
             torch_threads=cfg.engine.torch_threads,
         )
+        trainer = self.trainer
         self.world = RayWorld(
             cfg,
             spec,
@@ -200,32 +193,66 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
             now=self.now,
             on_record=self.record,
             training_slots=tuple(g.gpu_id for g in self.training_gpus),
+            training=lambda pool: TrainingLending(
+                trainer=trainer,
+                slots=pool,
+                emit=self.emit,
+                now=self.now,
+                note=self.note,
+                last_decision=self._last_decision,
+                on_returned=lambda: self.pipeline.maybe_train(),
+            ),
         )
+        assert self.world.training is not None
+        self.lending = self.world.training
         if ckpt is not None:
             self.world.restored_done = {
                 d["traj_id"]: RuntimeTrajectory.from_json(d) for d in ckpt["done_trajectories"]
             }
         policy = run_policy(cfg)
         if policy.borrow != "never":  # overlap workers exist from the start, parked (§5)
-            self.world.prestart_parked()
+            self.world.pool.prestart_parked()
         self.controller, self.switch_costs = build_controller(
-            cfg, policy, model_cfg, self.training_gpus, self.version
+            cfg, policy, model_cfg, self.training_gpus, version
         )
-        self.player = [a for a in self.all_trace_actions if a.at_s >= self.time_offset_s]
+        self.pipeline = TrainingPipeline(
+            cfg=cfg,
+            out_dir=self.out_dir,
+            world=self.world,
+            lending=self.lending,
+            trainer=trainer,
+            controller=self.controller,
+            recorder=self.recorder,
+            emit=self.emit,
+            now=self.now,
+            training_gpus=self.training_gpus,
+            version=version,
+            trained_steps=trained_steps,
+            step_metrics=step_metrics,
+            expected_rollout_s=expected_rollout_s,
+        )
+        due = [a for a in self.node_actions if a.at_s >= self.time_offset_s]
+        self.player = None
+        if due:
+            assert self.cluster is not None  # a trace plays only on a local cluster
+            self.player = TracePlayer(
+                due, cluster=self.cluster, emit=self.emit, now=self.now, note=self.note
+            )
         pump = asyncio.get_running_loop().create_task(self.world.pump_env())
         self.t0 = time.monotonic()  # the run's clock starts when the cluster is up
         self._last_state = self.controller.state
         self.recorder.record_state(self.now(), self._last_state)
         self.emit(ev.Started(self.now()))
-        self._offer_training_idle()
+        self.pipeline.offer_training_idle()
         with LiveView(enabled=self.live_enabled) as self.live:
             try:
                 await self._loop()
-                if self.lent:  # the run is over: borrowed training devices go back too
+                lent = self.lending.lent
+                if lent:  # the run is over: borrowed training devices go back too
                     deadline = self.now() + self.cfg.trainer.return_grace_s
-                    self.wants_deadline = deadline
-                    self._handle(ev.TrainingWants(self.now(), tuple(sorted(self.lent)), deadline))
-                    while self.lent and self.now() < deadline:  # parks finish, returns noted
+                    self.lending.wants_deadline = deadline
+                    self._handle(ev.TrainingWants(self.now(), tuple(sorted(lent)), deadline))
+                    while lent and self.now() < deadline:  # parks finish, returns noted
                         await asyncio.sleep(0.05)
             finally:
                 pump.cancel()
@@ -233,15 +260,17 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
 
     # -- the loop ---------------------------------------------------------------------------
     async def _loop(self) -> None:
-        while self.trained_steps < self.cfg.trainer.num_steps:
+        while not self.pipeline.done:
             timeout = 0.25
-            if self.player:
-                timeout = max(0.0, min(timeout, self.player[0].at_s - self.now()))
+            next_at = self.player.next_at_s() if self.player is not None else None
+            if next_at is not None:
+                timeout = max(0.0, min(timeout, next_at - self.now()))
             try:
                 event = await asyncio.wait_for(self.queue.get(), timeout)
             except TimeoutError:
                 event = None
-            await self._play_due()
+            if self.player is not None:
+                self.player.play_due()
             if event is not None:
                 self._handle(event)
             self._refresh_live()
@@ -254,15 +283,11 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
         after = self.controller.state
         self._record_changes(before, after)
         if isinstance(event, ev.TrajectoryDone):
-            self._maybe_step_done(event)
+            self.pipeline.on_trajectory_done(event)
 
     def _execute(self, c: Any) -> None:
         if isinstance(c, cmd.StartRolloutBatch):
-            self.step_started.setdefault(c.step, self.now())
-            self.step_predicted.setdefault(c.step, self._predict_makespan())
-        if isinstance(c, cmd.OffloadTraining | cmd.RestoreTraining | cmd.ReleaseGpus):
-            self._lend(c)
-            return
+            self.pipeline.on_batch_started(c.step)
         if isinstance(c, cmd.AdmitGroup):
             self.note(
                 "expansion",
@@ -312,10 +337,11 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
             kind, _ = state.condition(g.gpu_id)
             by.setdefault(g.zone.value, {}).setdefault(kind, 0)
             by[g.zone.value][kind] += 1
-        done = sum(1 for t in self.world.trajs.values() if t.done and t.step == self.version)
-        last = self.step_metrics[-1]["reward_mean"] if self.step_metrics else None
+        p = self.pipeline
+        done = sum(1 for t in self.world.trajs.values() if t.done and t.step == p.version)
+        last = p.step_metrics[-1]["reward_mean"] if p.step_metrics else None
         self.live.update(
-            step=self.trained_steps,
+            step=p.trained_steps,
             num_steps=self.cfg.trainer.num_steps,
             reward=last,
             trajectories_done=done,
@@ -326,15 +352,16 @@ class Driver(TrainingPipeline, Lending, TracePlaying):
         )
 
     def _finish(self) -> dict[str, Any]:
-        rewards = [m["reward_mean"] for m in self.step_metrics]
+        p = self.pipeline
+        rewards = [m["reward_mean"] for m in p.step_metrics]
         k = max(1, len(rewards) // 5)
         summary = {
-            "steps": len(self.step_metrics),
-            "final_version": self.version,
+            "steps": len(p.step_metrics),
+            "final_version": p.version,
             "reward_first_fifth": sum(rewards[:k]) / k if rewards else None,
             "reward_last_fifth": sum(rewards[-k:]) / k if rewards else None,
             "wall_s": self.now(),
-            "late_returns": self.late_returns,
+            "late_returns": self.lending.late_returns,
             "counters": dict(self.world.counters),
             "ignored_events": len(self.controller.ignored),
             **self.switch_costs.summary(),

@@ -23,7 +23,7 @@ from pearl.runtime.engine import (
     SamplingParams,
 )
 from pearl.runtime.trainer.actor import causal_lm_logits
-from pearl.runtime.trainer.trainer import GRPOTrainer, TrainerConfig
+from pearl.runtime.trainer.grpo_trainer import GrpoConfig, GRPOTrainer
 from pearl.runtime.trajectory import RuntimeTrajectory
 
 
@@ -49,7 +49,7 @@ def run_local(
     model = Qwen3ForCausalLM(model_cfg)
     model.init_weights(cfg.seed)
     trainer = GRPOTrainer(
-        model, TrainerConfig(lr=cfg.lr), logits_fn=causal_lm_logits, pad_id=tok.pad_token_id
+        model, GrpoConfig(lr=cfg.lr), logits_fn=causal_lm_logits, pad_id=tok.pad_token_id
     )
     engine = LLMEngine(model_cfg, seed=cfg.seed)
     engine.load_weights(trainer.snapshot()[1], 0)

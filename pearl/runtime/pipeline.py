@@ -1,54 +1,98 @@
 """The training side of the runtime driver: rollout steps in, GRPO steps out (paper §4.6, §5).
 
-A mixin of `Driver` (pearl/runtime/driver.py), split out to keep each module small. When
-every trajectory of a batch is done it reports the step to the controller, trains it once
-the borrowed training devices are back (asking for them with a deadline when needed),
-publishes the new weights, checkpoints, and offers the trainer's next idle window.
+`TrainingPipeline` is a component of the `Driver` (pearl/runtime/driver.py). When every
+trajectory of a batch is done it reports the step to the controller, trains it once the
+borrowed training devices are back (asking for them with a deadline through the world's
+training component, `TrainingLending`), publishes the new weights, checkpoints, and offers
+the trainer's next idle window.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pearl.control import events as ev
+from pearl.control.controller import Controller
+from pearl.control.makespan import predict
 from pearl.control.plan import config_of
 from pearl.control.state import Gpu, Status
-from pearl.runtime.checkpoint import read_checkpoint, write_checkpoint
+from pearl.runtime.lending import TrainingLending
+from pearl.runtime.run_checkpoint import read_checkpoint, write_checkpoint
 from pearl.runtime.run_config import RunConfig
+from pearl.runtime.rundir import RunRecorder
 from pearl.runtime.trajectory import RuntimeTrajectory
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
+    from pearl.runtime.world import RayWorld
+
+
+def checkpoint_dir(out_dir: Path) -> Path:
+    """Where a run directory keeps its checkpoint."""
+    return out_dir / "checkpoint"
+
+
+def load_checkpoint(out_dir: Path) -> dict[str, Any] | None:
+    """The driver's checkpoint of the run in `out_dir` (None: there is none)."""
+    return read_checkpoint(checkpoint_dir(out_dir))
 
 
 class TrainingPipeline:
-    """Attributes are set by `Driver.__init__` and `Driver._run`."""
+    """Batches to the trainer and new weights back. `version`, `trained_steps`,
+    `step_metrics` and `expected_rollout_s` start from a checkpoint on resume."""
 
-    cfg: RunConfig
-    out_dir: Path
-    world: Any
-    trainer: Any
-    controller: Any
-    recorder: Any
-    training_gpus: tuple[Gpu, ...]
-    lent: set[str]
-    wants_deadline: float | None
-    trained_steps: int
-    version: int
-    ready_steps: dict[int, tuple[list[RuntimeTrajectory], list[Any]]]
-    step_started: dict[int, float]
-    step_makespan: dict[int, float]
-    step_predicted: dict[int, float | None]
-    step_metrics: list[dict[str, Any]]
-    training: bool
-    expected_rollout_s: float
+    def __init__(
+        self,
+        *,
+        cfg: RunConfig,
+        out_dir: Path,
+        world: RayWorld,
+        lending: TrainingLending,
+        trainer: ActorHandle,
+        controller: Controller,
+        recorder: RunRecorder,
+        emit: Callable[[Any], None],
+        now: Callable[[], float],
+        training_gpus: tuple[Gpu, ...],
+        version: int,
+        trained_steps: int = 0,
+        step_metrics: Iterable[dict[str, Any]] = (),
+        expected_rollout_s: float = 30.0,
+    ) -> None:
+        self.cfg = cfg
+        self.out_dir = out_dir
+        self.world = world
+        self.lending = lending
+        self.trainer = trainer
+        self.controller = controller
+        self.recorder = recorder
+        self.emit = emit
+        self.now = now
+        self.training_gpus = training_gpus
+        self.version = version
+        self.trained_steps = trained_steps
+        self.step_metrics: list[dict[str, Any]] = list(step_metrics)
+        self.expected_rollout_s = expected_rollout_s
+        self.ready_steps: dict[int, tuple[list[RuntimeTrajectory], list[Any]]] = {}
+        self.step_started: dict[int, float] = {}
+        self.step_makespan: dict[int, float] = {}
+        self.step_predicted: dict[int, float | None] = {}
+        self.training = False
 
-    def now(self) -> float:
-        raise NotImplementedError
+    @property
+    def done(self) -> bool:
+        return self.trained_steps >= self.cfg.trainer.num_steps
 
-    def emit(self, event: Any) -> None:
-        raise NotImplementedError
+    def on_batch_started(self, step: int) -> None:
+        """A rollout batch starts: its start time, and what the engine predicts for it."""
+        self.step_started.setdefault(step, self.now())
+        self.step_predicted.setdefault(step, self.predict_makespan())
 
-    def _maybe_step_done(self, event: ev.TrajectoryDone) -> None:
+    def on_trajectory_done(self, event: ev.TrajectoryDone) -> None:
         traj = self.world.trajs.get(event.traj_id)
         if traj is None:
             return
@@ -63,33 +107,22 @@ class TrainingPipeline:
         self.step_makespan[step] = makespan
         loop = asyncio.get_running_loop()
         loop.create_task(self._publish_step(step, records))
-        self._maybe_train()
+        self.maybe_train()
 
     async def _publish_step(self, step: int, records: list[Any]) -> None:
         _, worker_steps = await self.world.drain_telemetry()
         self.recorder.record_telemetry([*records, *worker_steps])
         self.emit(ev.RolloutStepFinished(self.now(), step, tuple(records), tuple(worker_steps)))
 
-    def _maybe_train(self) -> None:
-        step = self.trained_steps_first_step()
-        if (
-            self.training
-            or step not in self.ready_steps
-            or self.trained_steps >= self.cfg.trainer.num_steps
-        ):
+    def maybe_train(self) -> None:
+        step = self.version  # batch k is trained into version k + 1
+        if self.training or step not in self.ready_steps or self.done:
             return
-        if self.lent:
-            if self.wants_deadline is None:
-                self.wants_deadline = self.now() + self.cfg.trainer.return_grace_s
-                self.emit(
-                    ev.TrainingWants(self.now(), tuple(sorted(self.lent)), self.wants_deadline)
-                )
+        if self.lending.lent:
+            self.lending.ask_back(self.cfg.trainer.return_grace_s)
             return
         self.training = True
         asyncio.get_running_loop().create_task(self._train(step))
-
-    def trained_steps_first_step(self) -> int:
-        return self.version  # batch k is trained into version k + 1
 
     async def _train(self, step: int) -> None:
         trajs, _ = self.ready_steps.pop(step)
@@ -121,16 +154,14 @@ class TrainingPipeline:
         profile = getattr(self.controller.advisor, "profile", None)
         if profile is not None:  # `pearl decide --profile RUN/profile.json` replays a decision
             self.recorder.write_profile(profile.to_json())
-        self._save_checkpoint()
+        self.save_checkpoint()
         self.training = False
         self.emit(ev.TrainingStepFinished(self.now(), self.version))
-        self._offer_training_idle()
-        self._maybe_train()
+        self.offer_training_idle()
+        self.maybe_train()
 
-    def _predict_makespan(self) -> float | None:
+    def predict_makespan(self) -> float | None:
         """The decision engine's makespan for one batch on the current active config."""
-        from pearl.control.makespan import predict
-
         profile = getattr(self.controller.advisor, "profile", None)
         config = config_of(self.controller.state, (Status.ACTIVE,))
         if profile is None or config is None:
@@ -143,19 +174,16 @@ class TrainingPipeline:
         )
         return p.makespan_s if p.feasible else None
 
-    def _offer_training_idle(self) -> None:
-        if self.trained_steps >= self.cfg.trainer.num_steps:
+    def offer_training_idle(self) -> None:
+        if self.done:
             return
-        free = tuple(g.gpu_id for g in self.training_gpus if g.gpu_id not in self.lent)
+        lent = self.lending.lent
+        free = tuple(g.gpu_id for g in self.training_gpus if g.gpu_id not in lent)
         if free:
             self.emit(ev.TrainingIdle(self.now(), free, self.now() + self.expected_rollout_s))
 
-    # -- checkpoints ---------------------------------------------------------------------------
-    def _ckpt_dir(self) -> Path:
-        return self.out_dir / "checkpoint"
-
-    def _save_checkpoint(self) -> None:
-        d = self._ckpt_dir()
+    def save_checkpoint(self) -> None:
+        d = checkpoint_dir(self.out_dir)
         d.mkdir(parents=True, exist_ok=True)
         self.trainer.save.remote(str(d / "trainer.pt"))
         done = [t.to_json() for t in self.world.trajs.values() if t.done and t.step >= self.version]
@@ -168,9 +196,6 @@ class TrainingPipeline:
             "done_trajectories": done,
         }
         write_checkpoint(d, doc)
-
-    def _load_checkpoint(self) -> dict[str, Any] | None:
-        return read_checkpoint(self._ckpt_dir())
 
 
 async def _aget(ref: Any) -> Any:

@@ -26,7 +26,7 @@ from pearl.control.telemetry import TurnRecord, WorkerStepRecord
 
 
 @dataclass(frozen=True, slots=True)
-class StepStats:
+class ProbedStep:
     """One engine iteration, as the scheduler built it."""
 
     batch_size: int
@@ -40,7 +40,7 @@ class StepProbe:
 
     def __init__(self, engine: Any, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self.last: StepStats = StepStats(0, 0, 0, 0)
+        self.last: ProbedStep = ProbedStep(0, 0, 0, 0)
         self.first_scheduled_s: dict[str, float] = {}
         scheduler = getattr(engine, "scheduler", None)
         if scheduler is None or not hasattr(scheduler, "schedule"):
@@ -64,10 +64,10 @@ class StepProbe:
                 context += seq.num_computed_tokens + 1
             else:  # prompt chunks (or a recompute after preemption)
                 prefill += n
-        self.last = StepStats(len(batch.seqs), prefill, decode, context)
+        self.last = ProbedStep(len(batch.seqs), prefill, decode, context)
 
     def reset(self) -> None:
-        self.last = StepStats(0, 0, 0, 0)
+        self.last = ProbedStep(0, 0, 0, 0)
 
     def forget(self, request_id: str) -> float | None:
         return self.first_scheduled_s.pop(request_id, None)
@@ -96,7 +96,7 @@ class TelemetrySink:
         self.num_dropped = 0
 
     def step(
-        self, role: str, rollout_step: int, t_s: float, stats: StepStats, step_time_s: float
+        self, role: str, rollout_step: int, t_s: float, stats: ProbedStep, step_time_s: float
     ) -> None:
         self.num_steps += 1
         if stats.batch_size == 0 or (self.num_steps - 1) % self.step_every:

@@ -1,7 +1,8 @@
 """Plays an availability trace on a local multi-node Ray cluster (docs/architecture.md).
 
-`schedule` turns a trace into timed node actions; `TracePlaying` (a mixin of the runtime
-driver) loads the configured trace and plays its due actions.
+`schedule` turns a trace into timed node actions (`load_node_actions` for a run's config);
+`TracePlayer`, the runtime driver's trace component (the simulator's is its trace
+playback), plays the due ones.
 
 Each preemptible GPU of the trace is one node with one device slot. An addition starts the
 node and offers its GPU; a removal is preceded, `reclaim_notice_s` earlier, by a drain of
@@ -11,17 +12,23 @@ then the node is removed: its worker processes die for real.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pearl.control import events as ev
 from pearl.control.state import Gpu, Zone
+from pearl.runtime.run_config import RunConfig
+from pearl.traces import load_trace
 from pearl.traces.model import AvailabilityTrace
+
+if TYPE_CHECKING:
+    from pearl.runtime.topology import LocalCluster
 
 
 @dataclass(frozen=True, order=True)
-class TraceAction:
+class NodeAction:
     """At wall offset `at_s` (seconds from the run's start): `kind` on `gpu_id`.
 
     kind: "add" (node joins), "notice" (drain with deadline `deadline_s`), "remove".
@@ -44,68 +51,69 @@ def schedule(
     time_scale: float = 1.0,
     notice_s: float | None = None,
     prefix: str = "pre",
-) -> list[TraceAction]:
+) -> list[NodeAction]:
     """The trace as wall-clock actions: `time_scale` trace seconds per wall second."""
     if time_scale <= 0:
         raise ValueError("time_scale must be > 0")
     lead = (trace.reclaim_notice_s if notice_s is None else notice_s) / time_scale
-    actions: list[TraceAction] = []
+    actions: list[NodeAction] = []
     added_at: dict[str, float] = {}
     for change in trace.gpu_events(prefix=prefix):
         t = change.time_s / time_scale
         for g in change.removed:
             # the notice cannot come before the GPU arrived
             notice_at = max(added_at.get(g, 0.0), t - lead)
-            actions.append(TraceAction(notice_at, 2, "notice", g, t))
-            actions.append(TraceAction(t, 0, "remove", g, t))
+            actions.append(NodeAction(notice_at, 2, "notice", g, t))
+            actions.append(NodeAction(t, 0, "remove", g, t))
         for g in change.added:
             added_at[g] = t
-            actions.append(TraceAction(t, 1, "add", g))
+            actions.append(NodeAction(t, 1, "add", g))
     return sorted(actions)
 
 
-class TracePlaying:
-    """The runtime driver's trace player (a mixin of `Driver`; attributes set there)."""
+def load_node_actions(cfg: RunConfig, config_dir: Path | None) -> list[NodeAction]:
+    """The node actions of the run's configured trace (none on a real cluster, where nodes
+    come and go by themselves). A relative trace path may be relative to the config."""
+    t = cfg.trace
+    if t.source is None or cfg.cluster.address is not None:
+        return []
+    source = t.source
+    if config_dir is not None and not Path(source).exists() and (config_dir / source).exists():
+        source = str(config_dir / source)
+    trace = load_trace(source, scale_ratio=t.scale, window_s=t.window, cap=t.cap)
+    return schedule(trace, time_scale=t.time_scale, notice_s=t.reclaim_notice_s)
 
-    cfg: Any
-    config_dir: Path | None
-    cluster: Any
-    player: list[TraceAction]
 
-    def now(self) -> float:
-        raise NotImplementedError
+class TracePlayer:
+    """Plays `actions` on the local `cluster`: each becomes a node change and the event the
+    controller hears of it. `note(kind, reason, **detail)` records a run event."""
 
-    def emit(self, event: Any) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        actions: list[NodeAction],
+        *,
+        cluster: LocalCluster,
+        emit: Callable[[Any], None],
+        now: Callable[[], float],
+        note: Callable[..., None],
+    ) -> None:
+        self.pending = sorted(actions)
+        self.cluster = cluster
+        self.emit = emit
+        self.now = now
+        self.note = note
 
-    def note(self, kind: str, reason: str, **detail: Any) -> None:
-        raise NotImplementedError
+    def next_at_s(self) -> float | None:
+        """When the next action is due (None: the trace is over)."""
+        return self.pending[0].at_s if self.pending else None
 
-    def _trace_actions(self) -> list[Any]:
-        from pearl.traces import load_trace
-
-        t = self.cfg.trace
-        if t.source is None or self.cfg.cluster.address is not None:
-            return []  # on a real cluster, nodes come and go by themselves
-        source = t.source
-        if (
-            self.config_dir is not None
-            and not Path(source).exists()
-            and (self.config_dir / source).exists()
-        ):
-            source = str(self.config_dir / source)
-        trace = load_trace(source, scale_ratio=t.scale, window_s=t.window, cap=t.cap)
-        return schedule(trace, time_scale=t.time_scale, notice_s=t.reclaim_notice_s)
-
-    async def _play_due(self) -> None:
-        while self.player and self.player[0].at_s <= self.now():
-            assert self.cluster is not None  # a trace plays only on a local cluster
-            a = self.player.pop(0)
+    def play_due(self) -> None:
+        """Play every action due by now (Ray's node changes need the main thread)."""
+        while self.pending and self.pending[0].at_s <= self.now():
+            a = self.pending.pop(0)
             name = node_name(a.gpu_id)
             if a.kind == "add":
-                self.cluster.add_node(
-                    name, Zone.PREEMPTIBLE, [a.gpu_id]
-                )  # Ray needs the main thread
+                self.cluster.add_node(name, Zone.PREEMPTIBLE, [a.gpu_id])
                 self.emit(ev.GpusOffered(self.now(), (Gpu(a.gpu_id, Zone.PREEMPTIBLE, name),)))
                 self.note("offer", f"trace: preemptible {a.gpu_id} joined")
             elif a.kind == "notice":

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pearl.runtime.trainer.trainer import TrainSample
+from pearl.runtime.trainer.grpo_trainer import TrainSample
 
 
 @dataclass

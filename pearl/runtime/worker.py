@@ -32,9 +32,11 @@ Bad requests (too long for the context limit, wrong role, worker draining, parke
 get an error result; they never crash the actor. Telemetry (`TurnRecord` per finished or
 interrupted turn, `WorkerStepRecord` per engine step) is collected with `telemetry()`.
 
-This module holds admission and the serving calls; the control calls are the
-`WorkerControl` mixin (`pearl.runtime.worker_control`) and the step loop the `WorkerLoop`
-mixin (`pearl.runtime.worker_loop`).
+The actor is composed of parts over one `WorkerCore` (`pearl.runtime.worker_loop`): this
+module holds admission and the serving calls; the `StepLoop` (`pearl.runtime.worker_loop`)
+steps the engine and answers turns; `WorkerControl` (`pearl.runtime.worker_control`)
+carries out the control calls, which the actor forwards to it (a Ray actor's remote calls
+are its own methods).
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ from typing import Any
 
 from pearl.control.state import Role
 from pearl.runtime.engine import RequestRejected
-from pearl.runtime.kv_transfer import KVLostError
-from pearl.runtime.snapshots import REGISTRY_NAME
+from pearl.runtime.kv_transfer import KVLostError, Transport
+from pearl.runtime.snapshots import REGISTRY_NAME, Snapshot
 from pearl.runtime.telemetry_sink import StepProbe, TelemetrySink
 from pearl.runtime.topology import current_node_id, worker_options
 from pearl.runtime.transports import get_transport
@@ -64,10 +66,10 @@ from pearl.runtime.worker_api import (
     WorkerStatus,
 )
 from pearl.runtime.worker_control import WorkerControl
-from pearl.runtime.worker_loop import WorkerLoop, _Live
+from pearl.runtime.worker_loop import StepLoop, WorkerCore, _Live
 
 
-class RolloutWorker(WorkerLoop, WorkerControl):
+class RolloutWorker:
     """The actor class; create it with `start_worker` (or `ray.remote(RolloutWorker)`)."""
 
     def __init__(
@@ -80,24 +82,30 @@ class RolloutWorker(WorkerLoop, WorkerControl):
         registry_name: str = REGISTRY_NAME,
         step_every: int = 1,
     ) -> None:
-        self.worker_id = worker_id
-        self.role = Role(role)
         t0 = time.perf_counter()
-        self.engine = (engine or EngineSpec()).build()
+        built = (engine or EngineSpec()).build()
         self._engine_build_s = time.perf_counter() - t0
-        self.transport = get_transport(transport)
-        self.registry_name = registry_name
-        self.probe = StepProbe(self.engine)
-        self.sink = TelemetrySink(
-            worker_id, step_every=step_every, kv_capacity_tokens=_kv_capacity(self.engine)
+        self.core = WorkerCore(
+            worker_id=worker_id,
+            role=Role(role),
+            engine=built,
+            transport=get_transport(transport),
+            probe=StepProbe(built),
+            sink=TelemetrySink(
+                worker_id, step_every=step_every, kv_capacity_tokens=_kv_capacity(built)
+            ),
+            registry_name=registry_name,
         )
-        self._live: dict[str, _Live] = {}
-        self._lock = asyncio.Lock()
-        self._loop_task: asyncio.Task | None = None
-        self._accepting = True
-        self._parked = False
-        self._rollout_step = 0
-        self._syncing: int | None = None
+        self.loop = StepLoop(self.core)
+        self.control = WorkerControl(self.core, self.loop)
+
+    @property
+    def transport(self) -> Transport:
+        return self.core.transport
+
+    @transport.setter
+    def transport(self, transport: Transport) -> None:  # tests share one in-process transport
+        self.core.transport = transport
 
     # -- status -------------------------------------------------------------------------
     def ready(self) -> WorkerStatus:
@@ -105,24 +113,62 @@ class RolloutWorker(WorkerLoop, WorkerControl):
         return self.status()
 
     def status(self) -> WorkerStatus:
+        c = self.core
         return WorkerStatus(
-            worker_id=self.worker_id,
-            role=self.role.value,
-            accepting=self._accepting,
-            num_running=len(self._live),
-            weight_version=self.engine.weight_version,
-            released=self.engine.is_released,
-            parked=self._parked,
+            worker_id=c.worker_id,
+            role=c.role.value,
+            accepting=c.accepting,
+            num_running=len(c.live),
+            weight_version=c.engine.weight_version,
+            released=c.engine.is_released,
+            parked=c.parked,
             pid=os.getpid(),
             node_id=current_node_id(),
-            num_engine_steps=self.sink.num_steps,
-            syncing_version=self._syncing,
+            num_engine_steps=c.sink.num_steps,
+            syncing_version=c.syncing,
             engine_build_s=self._engine_build_s,
         )
 
     def telemetry(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """(TurnRecords, WorkerStepRecords) since the last call."""
-        return self.sink.drain()
+        return self.core.sink.drain()
+
+    # -- control calls (carried out by `WorkerControl`) -------------------------------------
+    async def set_role(self, role: Role | str) -> float:
+        return await self.control.set_role(role)
+
+    async def drain(self) -> int:
+        return await self.control.drain()
+
+    def activate(self) -> None:
+        self.control.activate()
+
+    async def interrupt(self, request_ids: tuple[str, ...] | None = None) -> list[TurnResult]:
+        return await self.control.interrupt(request_ids)
+
+    async def release(self) -> list[TurnResult]:
+        return await self.control.release()
+
+    async def restore(self) -> float:
+        return await self.control.restore()
+
+    async def park(self) -> float:
+        return await self.control.park()
+
+    async def activate_as(self, worker_id: str, role: Role | str) -> float:
+        return await self.control.activate_as(worker_id, role)
+
+    async def sync_weights(self, target: int | Snapshot) -> int:
+        return await self.control.sync_weights(target)
+
+    async def warm_up(self) -> float:
+        return await self.control.warm_up()
+
+    async def sync_latest(self) -> int:
+        return await self.control.sync_latest()
+
+    def stop(self) -> None:
+        self.control.stop()
 
     # -- serving --------------------------------------------------------------------------
     async def serve(self, request: TurnRequest, prefill: PrefillResult | None = None):
@@ -139,7 +185,7 @@ class RolloutWorker(WorkerLoop, WorkerControl):
                 yield chunk
         finally:
             if not finished:  # the caller went away: do not generate for no one
-                await self._abort((request.request_id,), INTERRUPTED)
+                await self.control.abort((request.request_id,), INTERRUPTED)
 
     async def generate(
         self, request: TurnRequest, prefill: PrefillResult | None = None
@@ -174,16 +220,17 @@ class RolloutWorker(WorkerLoop, WorkerControl):
         live = _Live(request, role, t_queued, prefill=prefill)
         live.done = asyncio.get_running_loop().create_future()
         payload = None
-        if prefill is not None:
+        handle = prefill.handle if prefill is not None else None  # not None: `_refusal`
+        if handle is not None:
             try:  # pull the KV outside the lock: the engine keeps stepping meanwhile
-                payload = await asyncio.to_thread(self.transport.receive, prefill.handle)
+                payload = await asyncio.to_thread(self.core.transport.receive, handle)
             except KVLostError as err:
                 return self._error(request, str(err), KV_LOST)
         try:
             return await self._admit_locked(request, prefill, prefill_only, live, payload)
         finally:  # the KV is copied into the engine (or refused): the sender may reuse it
-            if prefill is not None and payload is not None:
-                self.transport.release(prefill.handle)
+            if handle is not None and payload is not None:
+                self.core.transport.release(handle)
 
     async def _admit_locked(
         self,
@@ -194,24 +241,24 @@ class RolloutWorker(WorkerLoop, WorkerControl):
         payload: Any,
     ) -> _Live | TurnResult:
         rid = request.request_id
-        async with self._lock:
+        async with self.core.lock:
             refuse = self._refusal(request, prefill, prefill_only)  # may have changed meanwhile
-            if refuse or rid in self._live:
+            if refuse or rid in self.core.live:
                 return self._error(request, refuse or f"request '{rid}' is already running here")
             try:
                 if payload is not None:
-                    self.engine.import_kv(rid, payload, request.sampling)
+                    self.core.engine.import_kv(rid, payload, request.sampling)
                     live.t_kv_end_s = time.time()
-                    check = getattr(self.transport, "check", None)
+                    check = getattr(self.core.transport, "check", None)
                     if check is not None and prefill is not None:
                         try:  # a reused shared-memory segment: what was read is not this KV
                             check(prefill.handle)
                         except KVLostError as err:
                             with contextlib.suppress(RequestRejected):  # done at import
-                                self.engine.abort(rid)
+                                self.core.engine.abort(rid)
                             return self._error(request, str(err), KV_LOST)
                 else:
-                    self.engine.add_request(
+                    self.core.engine.add_request(
                         rid,
                         list(request.prompt_token_ids),
                         request.sampling,
@@ -219,34 +266,34 @@ class RolloutWorker(WorkerLoop, WorkerControl):
                     )
             except (RequestRejected, ValueError) as err:
                 return self._error(request, str(err))
-            self._live[rid] = live
-            self._rollout_step = max(self._rollout_step, request.step)
-            if payload is not None and rid not in getattr(self.engine, "_seqs", {rid: None}):
+            self.core.live[rid] = live
+            self.core.rollout_step = max(self.core.rollout_step, request.step)
+            if payload is not None and rid not in getattr(self.core.engine, "_seqs", {rid: None}):
                 # the imported turn was already complete (its last token came with the KV)
-                self._finish(live, payload.output_token_ids, payload.output_logprobs, "length")
+                self.loop.finish(live, payload.output_token_ids, payload.output_logprobs, "length")
                 return live
-        self._kick()
+        self.loop.kick()
         return live
 
     def _refusal(
         self, request: TurnRequest, prefill: PrefillResult | None, prefill_only: bool
     ) -> str:
-        if self._parked:
-            return f"worker {self.worker_id} is parked and admits no request"
-        if not self._accepting:
-            return f"worker {self.worker_id} is draining and admits no request"
-        if self.engine.is_released:
-            return f"worker {self.worker_id} has released its device state"
+        if self.core.parked:
+            return f"worker {self.core.worker_id} is parked and admits no request"
+        if not self.core.accepting:
+            return f"worker {self.core.worker_id} is draining and admits no request"
+        if self.core.engine.is_released:
+            return f"worker {self.core.worker_id} has released its device state"
         if prefill is not None and prefill.handle is None:
             return "the prefill result carries no KV handle"
-        if self.role is Role.COLOCATED:
+        if self.core.role is Role.COLOCATED:
             return ""
-        if prefill_only and self.role is not Role.PREFILL:
-            return f"worker {self.worker_id} is a {self.role.value} worker, not prefill"
-        if not prefill_only and self.role is Role.PREFILL:
-            return f"worker {self.worker_id} is a prefill worker: call prefill()"
-        if self.role is Role.DECODE and prefill is None:
-            return f"worker {self.worker_id} is a decode worker: it needs a prefill result"
+        if prefill_only and self.core.role is not Role.PREFILL:
+            return f"worker {self.core.worker_id} is a {self.core.role.value} worker, not prefill"
+        if not prefill_only and self.core.role is Role.PREFILL:
+            return f"worker {self.core.worker_id} is a prefill worker: call prefill()"
+        if self.core.role is Role.DECODE and prefill is None:
+            return f"worker {self.core.worker_id} is a decode worker: it needs a prefill result"
         return ""
 
     def _error(self, request: TurnRequest, message: str, reason: str = ERROR) -> TurnResult:
@@ -256,8 +303,8 @@ class RolloutWorker(WorkerLoop, WorkerControl):
             (),
             (),
             reason,
-            self.worker_id,
-            self.engine.weight_version,
+            self.core.worker_id,
+            self.core.engine.weight_version,
             error=message,
         )
 

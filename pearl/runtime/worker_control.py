@@ -1,7 +1,8 @@
 """Control calls of a rollout worker: role, drain, interrupt, device state, weights, parking.
 
-A mixin of `RolloutWorker` (pearl/runtime/worker.py), split out to keep each module small;
-it uses the worker's engine, lock and table of live turns. Every call that touches the
+`WorkerControl` is the part of `RolloutWorker` (pearl/runtime/worker.py) that carries out
+the control calls over the worker's shared `WorkerCore`, answering aborted turns through
+the `StepLoop`; the actor forwards each call to it. Every call that touches the
 engine takes the worker's lock, so it runs between two engine steps (paper §4.4: role
 changes in place; §4.5: interrupt with preservation; §4.6: release/restore of device state
 while the process stays; §5: background weight pull; §4.6/§5: overlap workers are kept
@@ -13,103 +14,76 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from pearl.control.state import Role
 from pearl.runtime.engine import RequestRejected
 from pearl.runtime.snapshots import Snapshot, fetch_weights
-from pearl.runtime.worker_api import ERROR, INTERRUPTED, TurnResult
+from pearl.runtime.worker_api import INTERRUPTED, TurnResult
+from pearl.runtime.worker_loop import StepLoop, WorkerCore
 
 
 class WorkerControl:
-    """Control half of `RolloutWorker`; attributes are set by the worker's `__init__`."""
+    """The control calls (see the module doc)."""
 
-    engine: Any
-    role: Role
-    worker_id: str
-    sink: Any
-    registry_name: str
-    _lock: asyncio.Lock
-    _live: dict[str, Any]
-    _accepting: bool
-    _parked: bool
-    _syncing: int | None
-
-    def _finish(
-        self,
-        live: Any,
-        tokens: tuple[int, ...],
-        logprobs: tuple[float, ...],
-        reason: str | None,
-        *,
-        cached: int = 0,
-        error: str | None = None,
-    ) -> None:
-        raise NotImplementedError
+    def __init__(self, core: WorkerCore, loop: StepLoop) -> None:
+        self.core = core
+        self.loop = loop
 
     async def set_role(self, role: Role | str) -> float:
         """Change the role in place; returns the time it took in ms. See the module doc."""
         t0 = time.perf_counter()
-        async with self._lock:
-            self.role = Role(role)
+        async with self.core.lock:
+            self.core.role = Role(role)
         return (time.perf_counter() - t0) * 1000.0
 
     async def drain(self) -> int:
         """Stop admitting; return when every turn in flight is answered (how many were)."""
-        self._accepting = False
-        waiting = [live.done for live in self._live.values() if live.done is not None]
+        self.core.accepting = False
+        waiting = [live.done for live in self.core.live.values() if live.done is not None]
         if waiting:
             await asyncio.gather(*waiting)
         return len(waiting)
 
     def activate(self) -> None:
-        self._accepting = True
+        self.core.accepting = True
 
     async def interrupt(self, request_ids: tuple[str, ...] | None = None) -> list[TurnResult]:
         """Abort turns in flight (all by default), keeping what each generated."""
-        return await self._abort(request_ids, INTERRUPTED)
+        return await self.abort(request_ids, INTERRUPTED)
 
-    async def _abort(self, request_ids: tuple[str, ...] | None, reason: str) -> list[TurnResult]:
-        async with self._lock:
+    async def abort(self, request_ids: tuple[str, ...] | None, reason: str) -> list[TurnResult]:
+        async with self.core.lock:
             return self._abort_locked(request_ids, reason)
 
     def _abort_locked(self, request_ids: tuple[str, ...] | None, reason: str) -> list[TurnResult]:
         results: list[TurnResult] = []
-        for rid in list(self._live if request_ids is None else request_ids):
-            live = self._live.get(rid)
+        for rid in list(self.core.live if request_ids is None else request_ids):
+            live = self.core.live.get(rid)
             if live is None:
                 continue
             try:
-                out = self.engine.abort(rid)
+                out = self.core.engine.abort(rid)
                 tokens, logprobs = out.output_token_ids, out.output_logprobs
                 cached = out.num_cached_prefix_tokens
             except RequestRejected:  # not in the engine (any more)
                 tokens, logprobs, cached = (), (), 0
-            self._finish(live, tokens, logprobs, reason, cached=cached)
+            self.loop.finish(live, tokens, logprobs, reason, cached=cached)
+            assert live.done is not None  # every live turn has its future (admission)
             results.append(live.done.result())
         return results
 
-    def _fail_all(self, message: str) -> None:
-        for rid in list(self._live):
-            live = self._live[rid]
-            try:
-                self.engine.abort(rid)
-            except Exception:  # noqa: BLE001 - the engine is already in trouble
-                pass
-            self._finish(live, (), (), ERROR, error=message)
-
     async def release(self) -> list[TurnResult]:
         """Free device state (weights and KV); live turns are interrupted and returned."""
-        async with self._lock:  # one hold: no turn can slip in between abort and release
+        async with self.core.lock:  # one hold: no turn can slip in between abort and release
             results = self._abort_locked(None, INTERRUPTED)
-            await asyncio.to_thread(self.engine.release)
+            await asyncio.to_thread(self.core.engine.release)
         return results
 
     async def restore(self) -> float:
         """Rebuild device state; returns the time it took in ms."""
         t0 = time.perf_counter()
-        async with self._lock:
-            await asyncio.to_thread(self.engine.restore)
+        async with self.core.lock:
+            await asyncio.to_thread(self.core.engine.restore)
         return (time.perf_counter() - t0) * 1000.0
 
     async def park(self) -> float:
@@ -118,11 +92,11 @@ class WorkerControl:
         free device state (weights and KV); the process stays alive and keeps the weights
         off the device. Returns the time it took in ms. Idempotent."""
         t0 = time.perf_counter()
-        self._accepting = False
-        self._parked = True
-        async with self._lock:  # one hold: no turn can slip in between abort and release
+        self.core.accepting = False
+        self.core.parked = True
+        async with self.core.lock:  # one hold: no turn can slip in between abort and release
             self._abort_locked(None, INTERRUPTED)
-            await asyncio.to_thread(self.engine.release)
+            await asyncio.to_thread(self.core.engine.release)
         return (time.perf_counter() - t0) * 1000.0
 
     async def activate_as(self, worker_id: str, role: Role | str) -> float:
@@ -131,32 +105,32 @@ class WorkerControl:
         The weights are those kept at park (or loaded since): the caller syncs them to the
         current version afterwards. Returns the time it took in ms."""
         t0 = time.perf_counter()
-        async with self._lock:
-            await asyncio.to_thread(self.engine.restore)
-            self.worker_id = worker_id
-            self.sink.worker_id = worker_id
-            self.role = Role(role)
-            self._parked = False
-            self._accepting = True
+        async with self.core.lock:
+            await asyncio.to_thread(self.core.engine.restore)
+            self.core.worker_id = worker_id
+            self.core.sink.worker_id = worker_id
+            self.core.role = Role(role)
+            self.core.parked = False
+            self.core.accepting = True
         return (time.perf_counter() - t0) * 1000.0
 
     async def sync_weights(self, target: int | Snapshot) -> int:
         """Pull weight version `target` (a version in the registry, or a `Snapshot`) in the
         background and install it between two engine steps; returns the version now loaded."""
         snap = target if isinstance(target, Snapshot) else await self._lookup(target)
-        if snap.version == self.engine.weight_version:
+        if snap.version == self.core.engine.weight_version:
             return snap.version
-        self._syncing = snap.version
+        self.core.syncing = snap.version
         try:
             weights = await asyncio.to_thread(fetch_weights, snap)
-            async with self._lock:
+            async with self.core.lock:
                 # Two syncs in flight fetch concurrently; the older one can reach the lock
                 # last. Weights only move forward: never install over a newer version.
-                if snap.version > self.engine.weight_version:
-                    await asyncio.to_thread(self.engine.load_weights, weights, snap.version)
+                if snap.version > self.core.engine.weight_version:
+                    await asyncio.to_thread(self.core.engine.load_weights, weights, snap.version)
         finally:
-            self._syncing = None
-        return self.engine.weight_version
+            self.core.syncing = None
+        return self.core.engine.weight_version
 
     async def warm_up(self) -> float:
         """Pay the one-time cost of a process's first weight sync ahead of time: registry
@@ -170,13 +144,13 @@ class WorkerControl:
 
         t0 = time.perf_counter()
         try:
-            registry = ray.get_actor(self.registry_name)
+            registry = ray.get_actor(self.core.registry_name)
         except ValueError:  # no registry (yet): only the install is warmed up
             registry = None
         snap = await registry.latest.remote() if registry is not None else None
         weights = await asyncio.to_thread(fetch_weights, snap) if snap is not None else None
-        engine = self.engine
-        async with self._lock:
+        engine = self.core.engine
+        async with self.core.lock:
             if snap is not None and snap.version >= engine.weight_version:
                 await asyncio.to_thread(engine.load_weights, weights, snap.version)
             elif snap is None and not engine.is_released:
@@ -189,16 +163,16 @@ class WorkerControl:
         """Pull the newest published version (a new worker does this before admission)."""
         import ray
 
-        registry = ray.get_actor(self.registry_name)
+        registry = ray.get_actor(self.core.registry_name)
         snap = await registry.latest.remote()
         if snap is None:
-            return self.engine.weight_version
+            return self.core.engine.weight_version
         return await self.sync_weights(snap)
 
     async def _lookup(self, version: int) -> Snapshot:
         import ray
 
-        registry = ray.get_actor(self.registry_name)
+        registry = ray.get_actor(self.core.registry_name)
         return await registry.get.remote(version)
 
     def stop(self) -> None:

@@ -1,7 +1,8 @@
 """The step loop of a rollout worker: engine steps, and the turns' answers they produce.
 
-A mixin of `RolloutWorker` (pearl/runtime/worker.py), split out to keep each module small;
-it uses the worker's engine, transport, lock, table of live turns and telemetry. One engine
+`WorkerCore` is what a rollout worker's parts share (identity, role, engine, transport,
+telemetry, the lock, the table of live turns, admission flags); `StepLoop` is the part of
+`RolloutWorker` (pearl/runtime/worker.py) that steps the engine and answers turns. One engine
 step at a time runs in a thread under the worker's lock (control calls get in between two
 steps); a finished prefill exports its KV through the transport; each step's new tokens are
 streamed to the turn's caller as `TokenChunk`s, and a finished or aborted turn is answered
@@ -12,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pearl.control.state import Role
-from pearl.runtime.telemetry_sink import record_turn
+from pearl.runtime.kv_transfer import Transport
+from pearl.runtime.telemetry_sink import StepProbe, TelemetrySink, record_turn
 from pearl.runtime.worker_api import (
     ERROR,
     INTERRUPTED,
@@ -43,52 +44,77 @@ class _Live:
     num_streamed: int = 0
 
 
-class WorkerLoop:
-    """Step-loop half of `RolloutWorker`; attributes are set by the worker's `__init__`."""
+@dataclass(eq=False)
+class WorkerCore:
+    """The state a rollout worker's parts share (the actor, its step loop, its control
+    calls). Every change to the engine happens under `lock`."""
 
-    engine: Any
-    role: Role
     worker_id: str
-    transport: Any
-    probe: Any
-    sink: Any
-    _live: dict[str, _Live]
-    _lock: asyncio.Lock
-    _loop_task: asyncio.Task | None
-    _rollout_step: int
-    # `WorkerControl`'s (annotated, not stubbed: a stub here would shadow it in the MRO)
-    _fail_all: Callable[[str], None]
+    role: Role
+    engine: Any  # the engine an `EngineSpec` builds (pearl.runtime.engine.LLMEngine)
+    transport: Transport
+    probe: StepProbe
+    sink: TelemetrySink
+    registry_name: str
+    live: dict[str, _Live] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    accepting: bool = True
+    parked: bool = False
+    syncing: int | None = None
+    rollout_step: int = 0
 
-    def _kick(self) -> None:
-        if self._loop_task is None or self._loop_task.done():
-            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+
+class StepLoop:
+    """Steps the engine while it has work and answers each turn (see the module doc)."""
+
+    def __init__(self, core: WorkerCore) -> None:
+        self.core = core
+        self._task: asyncio.Task | None = None
+
+    def kick(self) -> None:
+        """Make sure the loop runs (it stops by itself when the engine has nothing left)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
+        c = self.core
         while True:
-            async with self._lock:
-                if self.engine.is_released or not self.engine.has_unfinished():
+            async with c.lock:
+                if c.engine.is_released or not c.engine.has_unfinished():
                     return
                 try:
                     outputs, exports = await asyncio.to_thread(self._step)
                 except Exception as err:  # a broken step must not kill the actor
-                    self._fail_all(f"engine step failed: {type(err).__name__}: {err}")
+                    self.fail_all(f"engine step failed: {type(err).__name__}: {err}")
                     return
                 self._dispatch(outputs, exports)
             await asyncio.sleep(0)  # let control calls in between two steps
 
+    def fail_all(self, message: str) -> None:
+        """Answer every live turn with an error (the engine broke)."""
+        c = self.core
+        for rid in list(c.live):
+            live = c.live[rid]
+            try:
+                c.engine.abort(rid)
+            except Exception:  # noqa: BLE001 - the engine is already in trouble
+                pass
+            self.finish(live, (), (), ERROR, error=message)
+
     def _step(self) -> tuple[list[Any], dict[str, tuple[Any, float, Any]]]:
         """One engine step (in a thread, under the lock); exports finished prefills."""
-        self.probe.reset()
+        c = self.core
+        c.probe.reset()
         t0 = time.time()
-        outputs = self.engine.step()
+        outputs = c.engine.step()
         t1 = time.time()
-        self.sink.step(self.role.value, self._rollout_step, t1, self.probe.last, t1 - t0)
+        c.sink.step(c.role.value, c.rollout_step, t1, c.probe.last, t1 - t0)
         exports: dict[str, tuple[Any, float, Any]] = {}
         for out in outputs:
             if out.finished and out.finish_reason == "prefill":
                 t_kv = time.time()
-                payload = self.engine.export_kv(out.request_id)
-                handle = self.transport.send(
+                payload = c.engine.export_kv(out.request_id)
+                handle = c.transport.send(
                     payload, request_id=out.request_id, num_tokens=payload.num_kv_tokens
                 )
                 exports[out.request_id] = (handle, t_kv, payload)
@@ -96,7 +122,7 @@ class WorkerLoop:
 
     def _dispatch(self, outputs: list[Any], exports: dict[str, tuple[Any, float, Any]]) -> None:
         for out in outputs:
-            live = self._live.get(out.request_id)
+            live = self.core.live.get(out.request_id)
             if live is None:
                 continue
             if live.t_first_token_s is None and out.new_token_ids:
@@ -105,7 +131,7 @@ class WorkerLoop:
                 handle, t_kv, _ = exports[out.request_id]
                 self._finish_prefill(live, out, handle, t_kv)
             elif out.finished:
-                self._finish(
+                self.finish(
                     live,
                     out.output_token_ids,
                     out.output_logprobs,
@@ -125,7 +151,7 @@ class WorkerLoop:
             )
             live.num_streamed = len(tokens)
 
-    def _finish(
+    def finish(
         self,
         live: _Live,
         tokens: tuple[int, ...],
@@ -135,17 +161,19 @@ class WorkerLoop:
         cached: int = 0,
         error: str | None = None,
     ) -> None:
+        """Answer `live` with its result (and its last chunk) and record the turn."""
+        c = self.core
         req = live.request
-        self._live.pop(req.request_id, None)
-        t_prefill_start = self.probe.forget(req.request_id)
+        c.live.pop(req.request_id, None)
+        t_prefill_start = c.probe.forget(req.request_id)
         result = TurnResult(
             req.traj_id,
             req.turn,
             tuple(tokens),
             tuple(logprobs),
             reason or ERROR,
-            self.worker_id,
-            self.engine.weight_version,
+            c.worker_id,
+            c.engine.weight_version,
             error,
             self._record(live, len(tokens), cached, t_prefill_start, reason),
         )
@@ -160,9 +188,10 @@ class WorkerLoop:
             live.done.set_result(result)
 
     def _finish_prefill(self, live: _Live, out: Any, handle: Any, t_kv: float) -> None:
+        c = self.core
         req = live.request
-        self._live.pop(req.request_id, None)
-        t_start = self.probe.forget(req.request_id) or live.t_queued_s
+        c.live.pop(req.request_id, None)
+        t_start = c.probe.forget(req.request_id) or live.t_queued_s
         result = PrefillResult(
             req.traj_id,
             req.turn,
@@ -170,8 +199,8 @@ class WorkerLoop:
             tuple(out.output_token_ids),
             tuple(out.output_logprobs),
             "prefill",
-            self.worker_id,
-            self.engine.weight_version,
+            c.worker_id,
+            c.engine.weight_version,
             num_prompt_tokens=len(req.prompt_token_ids),
             cached_prefix_tokens=out.num_cached_prefix_tokens,
             t_queued_s=live.t_queued_s,
@@ -187,8 +216,8 @@ class WorkerLoop:
     ) -> Any:
         """The turn's TurnRecord, also kept for `telemetry()` (see `record_turn`)."""
         rec = record_turn(
-            worker_id=self.worker_id,
-            weight_version=self.engine.weight_version,
+            worker_id=self.core.worker_id,
+            weight_version=self.core.engine.weight_version,
             request=live.request,
             role=live.role.value,
             prefill=live.prefill,
@@ -202,5 +231,5 @@ class WorkerLoop:
             interrupted_reasons=(INTERRUPTED,),
         )
         if rec is not None:
-            self.sink.turn(rec)
+            self.core.sink.turn(rec)
         return rec

@@ -4,9 +4,11 @@
 of every trajectory. Each command starts asynchronous work whose completion is put on the
 event queue as a controller event (see `pearl.control.commands` for the pairing). The
 driver (`pearl.runtime.driver`) pops events, hands them to the controller and passes the
-commands back here, so the world never decides anything itself. Worker commands (start,
-activate a parked worker, sync, role, drain, interrupt, stop or park) are in
-`pearl.runtime.world_workers`; parked workers on training slots in `pearl.runtime.parking`.
+commands back here, so the world never decides anything itself. Its worker
+component, `workers` (`pearl.runtime.world_workers.RayWorkers`, as the simulator's
+`SimWorkers`), executes the worker commands (start, activate a parked worker, sync, role,
+drain, interrupt, stop or park; parked workers on training slots in
+`pearl.runtime.parking`); `execute` maps each command to the component that carries it out.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pearl.control import events as ev
 from pearl.envs.pool import EnvPool
 from pearl.runtime.engine import ByteTokenizer, SamplingParams
 from pearl.runtime.flights import Flight, Flights
-from pearl.runtime.parking import ParkingLot
+from pearl.runtime.lending import TrainingLending
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
 from pearl.runtime.worker_api import (
@@ -35,12 +37,12 @@ from pearl.runtime.worker_api import (
     TurnResult,
     collect_turn,
 )
-from pearl.runtime.world_workers import WorkerCommands, kill_handle
+from pearl.runtime.world_workers import RayWorkers
 
 log = logging.getLogger(__name__)
 
 
-class RayWorld(WorkerCommands):
+class RayWorld:
     """Executes commands; `emit(event)` feeds the driver's queue. See the module docstring."""
 
     def __init__(
@@ -52,6 +54,7 @@ class RayWorld(WorkerCommands):
         now: Callable[[], float],
         on_record: Callable[[str, Any], None],
         training_slots: tuple[str, ...] = (),
+        training: Callable[[RayWorkers], TrainingLending] | None = None,
     ) -> None:
         self.cfg = cfg
         self.engine_spec = engine_spec
@@ -59,7 +62,6 @@ class RayWorld(WorkerCommands):
         self.now = now
         self.on_record = on_record  # (kind, payload) for the run recorder
         self.tok = ByteTokenizer()
-        self.workers: dict[str, Any] = {}
         self.trajs: dict[str, RuntimeTrajectory] = {}
         self.restored_done: dict[str, RuntimeTrajectory] = {}
         self.turn_records: dict[int, list[Any]] = {}
@@ -81,21 +83,40 @@ class RayWorld(WorkerCommands):
             "parks": 0,
             "activations": 0,
         }
-        self.starting: set[str] = set()  # InitWorker executed, not ready/failed/stopped yet
-        self.slots_of: dict[str, tuple[str, ...]] = {}
-        # slot -> the trainer's release call (ObjectRef) a worker there must wait for
-        self.device_free: dict[str, Any] = {}
-        self.activating: dict[str, Any] = {}
-        self.flights = Flights(self.workers.get)
-        self.lot = ParkingLot(
-            training_slots,
-            enabled=cfg.cluster.park_borrowed_workers,
-            start=self._start,
-            spawn=self.spawn,
-            kill=kill_handle,
+        self.pool = RayWorkers(
+            cfg=cfg,
+            engine_spec=engine_spec,
+            emit=emit,
+            now=now,
             on_record=on_record,
+            rng=self.rng,
             counters=self.counters,
+            spawn=self.spawn,
+            training_slots=training_slots,
         )
+        self.workers = self.pool.workers  # the actor table turns and flights read
+        self.flights = Flights(self.workers.get)
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            cmd.InitWorker: self.pool.init,
+            cmd.SyncWeights: self.pool.sync_weights,
+            cmd.ChangeRole: self.pool.change_role,
+            cmd.Drain: self.pool.drain,
+            cmd.Interrupt: self.pool.interrupt,
+            cmd.StopWorker: self.pool.stop,
+            # Admission is the controller's: its workers are already up and synced, and
+            # they serve from the first turn routed to them.
+            cmd.AdmitGroup: lambda c: None,
+            cmd.StartRolloutBatch: self._start_batch,
+            cmd.Route: self._route,
+            cmd.ReleaseGpus: self._release_gpus,
+        }
+        # The training component, built over the worker component (a borrowed worker waits
+        # for the trainer's release on its slots); a world without one (tests) refuses the
+        # training commands.
+        self.training = None if training is None else training(self.pool)
+        if self.training is not None:
+            self._handlers[cmd.OffloadTraining] = self.training.offload
+            self._handlers[cmd.RestoreTraining] = self.training.restore
 
     # -- plumbing ------------------------------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task:
@@ -121,16 +142,12 @@ class RayWorld(WorkerCommands):
     def execute(self, c: Any) -> None:
         if isinstance(c, cmd.Interrupt | cmd.StopWorker):  # the book has interrupted them
             self.flights.cancel_on(c.worker_id)
-        handler = getattr(self, f"_do_{type(c).__name__}", None)
+        handler = self._handlers.get(type(c))
         if handler is None:  # as in the simulator: a command nobody executes is a bug
             raise TypeError(f"unknown command {c!r}")
         handler(c)
 
-    def _do_AdmitGroup(self, c: cmd.AdmitGroup) -> None:
-        """Nothing to do here: admission is the controller's; its workers are already up and
-        synced, and they serve from the first turn routed to them."""
-
-    def _do_StartRolloutBatch(self, c: cmd.StartRolloutBatch) -> None:
+    def _start_batch(self, c: cmd.StartRolloutBatch) -> None:
         for tid in c.traj_ids:
             restored = self.restored_done.pop(tid, None)
             if restored is not None:  # finished before a crash: keep it, do not regenerate
@@ -146,7 +163,16 @@ class RayWorld(WorkerCommands):
         n = self.num_tasks or 1000
         return random.Random(f"{self.cfg.seed}:{step}:{group}").randrange(n)
 
-    def _do_Route(self, c: cmd.Route) -> None:
+    def _release_gpus(self, c: cmd.ReleaseGpus) -> None:
+        """GPUs leave rollout. To training: the training component takes them back. To the
+        provider: nothing to do here; the workers there were stopped, and the node goes
+        when the provider (or, locally, the trace player) removes it."""
+        if c.to == "training":
+            if self.training is None:
+                raise TypeError(f"{c!r}: this world has no training component")
+            self.training.release(c)
+
+    def _route(self, c: cmd.Route) -> None:
         self.spawn(self._turn(c))
 
     async def _turn(self, c: cmd.Route) -> None:
@@ -362,14 +388,14 @@ class RayWorld(WorkerCommands):
                 steps.extend(ws)
             except Exception:  # noqa: BLE001 - a dead or busy worker reports nothing
                 continue
-        return [], [*self.lot.take_steps(), *steps]
+        return [], [*self.pool.lot.take_steps(), *steps]
 
     async def shutdown(self) -> None:
         for t in list(self.tasks):
             t.cancel()
         for wid in list(self.workers):
-            self._kill(wid)
-        self.lot.kill_all()
+            self.pool.kill(wid)
+        self.pool.lot.kill_all()
         self.env.shutdown()
 
 

@@ -1,7 +1,9 @@
-"""Worker commands of the real world: start, activate, sync, role, drain, interrupt, stop.
+"""The real world's rollout workers: start, activate, sync, role, drain, interrupt, stop.
 
-A mixin of `RayWorld` (pearl/runtime/world.py), split out to keep each module small; it
-uses the world's config, event queue, worker table and `ParkingLot`. Workers on training
+`RayWorkers` is `RayWorld`'s worker component (the simulator's is `SimWorkers`): it owns
+the table of worker actors, the workers starting, and the `ParkingLot`, and executes the
+worker commands; the world gives it the config, the engine spec, the event queue (`emit`),
+the clock, the run recorder, the seeded RNG, the counters and its task spawner. Workers on training
 device slots are borrowed ones (paper §4.6, §5): with `cluster.park_borrowed_workers` a
 StopWorker parks them (the process stays; device state is released) and the next
 InitWorker on the same slots activates the parked actor under the new worker id, falling
@@ -15,7 +17,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
@@ -30,27 +32,47 @@ log = logging.getLogger(__name__)
 INIT_TIMEOUT_S = 120.0
 
 
-class WorkerCommands:
-    """Attributes are set by `RayWorld.__init__`."""
+class RayWorkers:
+    """The worker actors and the worker commands (see the module docstring)."""
 
-    cfg: RunConfig
-    engine_spec: EngineSpec
-    emit: Callable[[Any], None]
-    now: Callable[[], float]
-    on_record: Callable[[str, Any], None]
-    rng: random.Random
-    workers: dict[str, Any]
-    counters: dict[str, int]
-    starting: set[str]
-    slots_of: dict[str, tuple[str, ...]]
-    device_free: dict[str, Any]
-    activating: dict[str, Any]  # worker id -> its activate_as call (ObjectRef) in flight
-    lot: ParkingLot
+    def __init__(
+        self,
+        *,
+        cfg: RunConfig,
+        engine_spec: EngineSpec,
+        emit: Callable[[Any], None],
+        now: Callable[[], float],
+        on_record: Callable[[str, Any], None],
+        rng: random.Random,
+        counters: dict[str, int],
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task],
+        training_slots: tuple[str, ...] = (),
+    ) -> None:
+        self.cfg = cfg
+        self.engine_spec = engine_spec
+        self.emit = emit
+        self.now = now
+        self.on_record = on_record
+        self.rng = rng
+        self.counters = counters
+        self.spawn = spawn
+        self.workers: dict[str, Any] = {}  # worker id -> its actor handle
+        self.starting: set[str] = set()  # InitWorker executed, not ready/failed/stopped yet
+        self.slots_of: dict[str, tuple[str, ...]] = {}
+        # slot -> the trainer's release call (ObjectRef) a worker there must wait for
+        self.device_free: dict[str, Any] = {}
+        self.activating: dict[str, Any] = {}  # worker id -> its activate_as call in flight
+        self.lot = ParkingLot(
+            training_slots,
+            enabled=cfg.cluster.park_borrowed_workers,
+            start=self._start,
+            spawn=spawn,
+            kill=kill_handle,
+            on_record=on_record,
+            counters=counters,
+        )
 
-    def spawn(self, coro: Any) -> asyncio.Task:
-        raise NotImplementedError
-
-    def _do_InitWorker(self, c: cmd.InitWorker) -> None:
+    def init(self, c: cmd.InitWorker) -> None:
         self.starting.add(c.worker_id)
         self.slots_of[c.worker_id] = tuple(c.gpu_ids)
         self.spawn(self._init_worker(c))
@@ -115,7 +137,7 @@ class WorkerCommands:
             log.info("activation of %s failed: %s", c.worker_id, err)
             self.on_record("error", f"activation of {c.worker_id} failed: {err}"[:300])
             if c.worker_id in self.workers:
-                self._kill(c.worker_id)
+                self.kill(c.worker_id)
             return False
         finally:
             self.activating.pop(c.worker_id, None)
@@ -148,7 +170,7 @@ class WorkerCommands:
             self.starting.discard(c.worker_id)
             self.slots_of.pop(c.worker_id, None)
             self.counters["init_failures"] += 1
-            self._kill(c.worker_id)
+            self.kill(c.worker_id)
             self.emit(
                 ev.WorkerInitFailed(self.now(), c.worker_id, f"{type(err).__name__}: {err}"[:200])
             )
@@ -205,7 +227,7 @@ class WorkerCommands:
         """Parks (and pre-starts) still holding device state on any of `slots`."""
         return self.lot.waiting(tuple(slots))
 
-    def _do_SyncWeights(self, c: cmd.SyncWeights) -> None:
+    def sync_weights(self, c: cmd.SyncWeights) -> None:
         async def run() -> None:
             h = self.workers.get(c.worker_id)
             if h is None:
@@ -219,7 +241,7 @@ class WorkerCommands:
 
         self.spawn(run())
 
-    def _do_ChangeRole(self, c: cmd.ChangeRole) -> None:
+    def change_role(self, c: cmd.ChangeRole) -> None:
         h = self.workers.get(c.worker_id)
         if h is None:
             return
@@ -235,7 +257,7 @@ class WorkerCommands:
 
         self.spawn(after_activation())
 
-    def _do_Drain(self, c: cmd.Drain) -> None:
+    def drain(self, c: cmd.Drain) -> None:
         async def run() -> None:
             h = self.workers.get(c.worker_id)
             if h is not None:
@@ -247,12 +269,12 @@ class WorkerCommands:
 
         self.spawn(run())
 
-    def _do_Interrupt(self, c: cmd.Interrupt) -> None:
+    def interrupt(self, c: cmd.Interrupt) -> None:
         h = self.workers.get(c.worker_id)
         if h is not None:  # in-flight turns come back interrupted through their own calls
             h.interrupt.remote()
 
-    def _do_StopWorker(self, c: cmd.StopWorker) -> None:
+    def stop(self, c: cmd.StopWorker) -> None:
         """A worker on training slots is parked (the process stays, §4.6); others end."""
         self.starting.discard(c.worker_id)
         slots = self.slots_of.pop(c.worker_id, ())
@@ -264,9 +286,9 @@ class WorkerCommands:
             reason = f"{c.worker_id} stopped: slots to training"
             self.lot.park(c.worker_id, h, slots, reason=reason, after=after)
             return
-        self._kill(c.worker_id)
+        self.kill(c.worker_id)
 
-    def _kill(self, worker_id: str) -> None:
+    def kill(self, worker_id: str) -> None:
         h = self.workers.pop(worker_id, None)
         if h is not None:
             kill_handle(h)

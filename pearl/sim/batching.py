@@ -31,8 +31,8 @@ from bisect import bisect_right
 from collections import deque
 
 from pearl.control.state import Role
-from pearl.sim.hardware import WorkerHardware
 from pearl.sim.inference_types import Completion, CompletionKind, WorkerConfig
+from pearl.sim.physics import WorkerHardware
 from pearl.sim.prefix_cache import PrefixCache
 from pearl.sim.worker_state import Segment, Seq, WorkerStats
 

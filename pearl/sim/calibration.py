@@ -22,10 +22,10 @@ import statistics
 from dataclasses import dataclass
 
 from pearl.control.state import Role
-from pearl.sim.hardware import WorkerHardware
 from pearl.sim.inference import InferenceWorker
 from pearl.sim.inference_types import CompletionKind, Request, WorkerConfig, vllm_defaults
-from pearl.sim.workload import Trajectory, TrajectorySampler
+from pearl.sim.physics import WorkerHardware
+from pearl.sim.workload import SampledTrajectory, TrajectorySampler
 from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
 
@@ -45,7 +45,7 @@ class CriticalPath:
 
 
 def trajectory_alone_s(
-    traj: Trajectory, hw: WorkerHardware, config: WorkerConfig | None = None
+    traj: SampledTrajectory, hw: WorkerHardware, config: WorkerConfig | None = None
 ) -> tuple[float, float, float]:
     """(env, prefill, decode) seconds of one trajectory alone on one colocated worker, under
     the scheduler `config` (default: vLLM's for the GPU, as the world's workers run)."""
@@ -76,7 +76,7 @@ def trajectory_alone_s(
     return env, prefill, decode
 
 
-def critical_path(trajectories: list[Trajectory], hw: WorkerHardware) -> CriticalPath:
+def critical_path(trajectories: list[SampledTrajectory], hw: WorkerHardware) -> CriticalPath:
     parts = [trajectory_alone_s(tr, hw) for tr in trajectories]
     totals = [sum(p) for p in parts]
     i = max(range(len(totals)), key=totals.__getitem__)

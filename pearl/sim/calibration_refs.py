@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from pearl.control.state import Role
-from pearl.sim.hardware import DEFAULT_EFFICIENCY, WorkerHardware
 from pearl.sim.inference import InferenceWorker
 from pearl.sim.inference_types import Completion, Request, WorkerConfig
+from pearl.sim.physics import DEFAULT_EFFICIENCY, WorkerHardware
 from pearl.specs import get_gpu, get_model
 
 # vLLM's own defaults per GPU class (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults,
@@ -106,7 +106,7 @@ class Reference:
     high: float = 1.15
     kind: str = "ratio"
 
-    def evaluate(self) -> Verdict:
+    def evaluate(self) -> CalibrationVerdict:
         value = self.model()
         if self.kind == "ceiling":
             ok = value <= self.measured
@@ -115,11 +115,11 @@ class Reference:
             ratio = value / self.measured
             ok = self.low <= ratio <= self.high
             tol = f"model/measured in [{self.low:g}, {self.high:g}]"
-        return Verdict(self, value, ok, tol)
+        return CalibrationVerdict(self, value, ok, tol)
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class CalibrationVerdict:
     ref: Reference
     value: float
     ok: bool
@@ -226,5 +226,5 @@ REFERENCES: tuple[Reference, ...] = (
 )
 
 
-def evaluate_all() -> list[Verdict]:
+def evaluate_all() -> list[CalibrationVerdict]:
     return [r.evaluate() for r in REFERENCES]

@@ -23,7 +23,7 @@ from pearl.control.state import Role
 from pearl.sim.core import PRIO_COMPLETION, Handle
 from pearl.sim.inference_types import Completion, CompletionKind, Request
 from pearl.sim.telemetry_out import TurnTiming, turn_record
-from pearl.sim.workload import Trajectory
+from pearl.sim.workload import SampledTrajectory
 
 if TYPE_CHECKING:
     from pearl.sim.world import SimWorker, World
@@ -36,7 +36,7 @@ class TrajRun:
     traj_id: str
     key: int
     step: int
-    traj: Trajectory
+    traj: SampledTrajectory
     turn: int = 0
     generated_tokens: int = 0  # preserved tokens of the current turn (after interrupts)
     resumed: bool = False

@@ -1,6 +1,6 @@
 """Seeded sampler of agentic trajectories (the simulated workload, paper §6.1).
 
-A `Trajectory` is fully drawn up front (its turns, tokens and env latencies) so that every
+A `SampledTrajectory` is fully drawn up front (its turns, tokens and env latencies) so that every
 policy simulated on the same seed faces exactly the same work. The simulator reveals it
 turn by turn: policies see only telemetry, never these numbers.
 
@@ -42,7 +42,7 @@ class Turn:
 
 
 @dataclass(frozen=True, slots=True)
-class Trajectory:
+class SampledTrajectory:
     """A whole sampled trajectory. `truncated`: the length limit ended it."""
 
     traj_id: int
@@ -106,7 +106,7 @@ class TrajectorySampler:
         value = round(_lognormal(self._rng, s.num_turns_median, s.num_turns_sigma))
         return min(max(value, s.min_turns), s.max_turns)
 
-    def sample(self, traj_id: int) -> Trajectory:
+    def sample(self, traj_id: int) -> SampledTrajectory:
         s = self.spec
         rng = self._rng
         cap = s.context_cap_tokens
@@ -132,9 +132,9 @@ class TrajectorySampler:
             if i + 1 < num_turns and context >= cap - s.decode_tokens.min_tokens:
                 truncated = True  # no room left for another turn
                 break
-        return Trajectory(traj_id, prompt, start_s, tuple(turns), truncated)
+        return SampledTrajectory(traj_id, prompt, start_s, tuple(turns), truncated)
 
-    def batch(self, num_trajectories: int, first_id: int = 0) -> list[Trajectory]:
+    def batch(self, num_trajectories: int, first_id: int = 0) -> list[SampledTrajectory]:
         return [self.sample(first_id + i) for i in range(num_trajectories)]
 
 

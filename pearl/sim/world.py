@@ -2,11 +2,13 @@
 
 It executes the controller's commands (contract B) and emits events back, through an
 outbox the driver empties after every heap entry (`take_outbox`). Physics comes from
-`pearl.sim.inference` (one `InferenceWorker` per rollout worker) and `pearl.sim.hardware`
+`pearl.sim.inference` (one `InferenceWorker` per rollout worker) and `pearl.sim.physics`
 (KV transfer); the trajectories from `pearl.sim.workload`; the trainer from
 `pearl.sim.trainer`; preemptible GPUs from trace playback (`pearl.sim.playback`). The
-worker commands (start, weight sync, role, drain, interrupt, stop) are executed by the
-`WorkerCommands` mixin of `pearl.sim.world_workers`, where `SimWorker` lives (re-exported here).
+world is composed of components with the same names as the runtime world's: `workers`
+(`pearl.sim.world_workers.SimWorkers`: start, weight sync, role, drain, interrupt, stop),
+`trainer` (`pearl.sim.trainer`) and the trajectories (`pearl.sim.rollout`); `execute`
+maps each command to the component that carries it out.
 
 A turn's path (paper §2, §4.1): `Route` -> prefill on the prefill worker (colocated: prefill
 and decode there) -> [KV transfer -> decode on the decode worker] -> `TurnFinished` ->
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pearl.control import commands as C
 from pearl.control import events as E
@@ -39,7 +42,7 @@ from pearl.sim.core import (
     EventCore,
     Handle,
 )
-from pearl.sim.hardware import WorkerHardware
+from pearl.sim.physics import WorkerHardware
 from pearl.sim.playback import TraceAction
 from pearl.sim.rollout import (
     StepRun,
@@ -52,7 +55,7 @@ from pearl.sim.rollout import (
 from pearl.sim.telemetry_out import worker_step_record
 from pearl.sim.trainer import Trainer, TrainerCallbacks
 from pearl.sim.workload import TrajectorySampler, step_sampler
-from pearl.sim.world_workers import SimWorker, WorkerCommands
+from pearl.sim.world_workers import SimWorker, SimWorkers
 from pearl.specs.hardware import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
 
@@ -75,7 +78,7 @@ class WorldStats:
     worker_gpu_s_by_zone: dict[str, float] = field(default_factory=dict)
 
 
-class World(WorkerCommands):
+class World:
     """See the module docstring. `actions` is the trace timeline (empty for a static budget)."""
 
     def __init__(self, cfg: SimConfig, actions: list[TraceAction], *, borrowing: bool) -> None:
@@ -92,7 +95,6 @@ class World(WorkerCommands):
         self.outbox: list = []
         self.gpus: dict[str, Gpu] = {}
         self.gpu_since: dict[str, float] = {}
-        self.workers: dict[str, SimWorker] = {}
         self.trajs: dict[str, TrajRun] = {}
         self.by_key: dict[int, TrajRun] = {}
         self.steps: dict[int, StepRun] = {}
@@ -125,6 +127,32 @@ class World(WorkerCommands):
             ),
             expected_ready_s=self._expected_batch_ready_s,
         )
+        self.pool = SimWorkers(
+            cfg=cfg,
+            core=self.core,
+            gpus=self.gpus,
+            trainer=self.trainer,
+            stats=self.stats,
+            engine_config=self.engine_config,
+            emit=self.emit,
+            hardware=self._hardware,
+            interrupt=lambda w, preserve: interrupt_worker(self, w, preserve=preserve),
+        )
+        self.workers = self.pool.workers  # the table rollout.py reads (the pool's own)
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            C.InitWorker: self.pool.init,
+            C.SyncWeights: self.pool.sync_weights,
+            C.ChangeRole: self.pool.change_role,
+            C.Drain: self.pool.drain,
+            C.Interrupt: self.pool.interrupt,
+            C.StopWorker: self.pool.stop,
+            C.AdmitGroup: lambda c: None,  # routing is the controller's state
+            C.ReleaseGpus: self._release_gpus,
+            C.OffloadTraining: self._offload_training,
+            C.RestoreTraining: self._restore_training,
+            C.StartRolloutBatch: lambda c: start_batch(self, c),
+            C.Route: lambda c: route(self, c),
+        }
 
     # -- driver interface ---------------------------------------------------------------
     def emit(self, event: object) -> None:
@@ -204,9 +232,8 @@ class World(WorkerCommands):
 
     def _gpus_gone(self, gpu_ids: tuple[str, ...]) -> None:
         """The provider took GPUs: workers on them die; their turns lose unsaved progress."""
-        gone = set(gpu_ids)
-        for w in [w for w in self.workers.values() if gone & set(w.gpu_ids)]:
-            self._kill(w, preserve=False)
+        for w in self.pool.on_gpus(gpu_ids):
+            self.pool.kill(w, preserve=False)
         for g in gpu_ids:
             self._drop_gpu(g)
 
@@ -216,7 +243,7 @@ class World(WorkerCommands):
         if type(cmd) is C.Route:  # the hot path: most commands are routes
             route(self, cmd)
             return
-        handler = getattr(self, f"_do_{type(cmd).__name__}", None)
+        handler = self._handlers.get(type(cmd))
         if handler is None:
             raise TypeError(f"unknown command {cmd!r}")
         handler(cmd)
@@ -226,18 +253,15 @@ class World(WorkerCommands):
             self._hw[tp] = WorkerHardware(self.model, self.gpu_spec, tp=tp)
         return self._hw[tp]
 
-    def _do_AdmitGroup(self, cmd: C.AdmitGroup) -> None:
-        pass  # routing is the controller's; the world serves whatever it is routed
-
-    def _do_ReleaseGpus(self, cmd: C.ReleaseGpus) -> None:
-        for w in [w for w in self.workers.values() if set(cmd.gpu_ids) & set(w.gpu_ids)]:
-            self._kill(w, preserve=True)
+    def _release_gpus(self, cmd: C.ReleaseGpus) -> None:
+        for w in self.pool.on_gpus(cmd.gpu_ids):
+            self.pool.kill(w, preserve=True)
         if cmd.to == "provider":
             for g in cmd.gpu_ids:
                 if g in self.gpus and self.gpus[g].zone == Zone.PREEMPTIBLE:
                     self._drop_gpu(g)
 
-    def _do_OffloadTraining(self, cmd: C.OffloadTraining) -> None:
+    def _offload_training(self, cmd: C.OffloadTraining) -> None:
         now = self.core.now_s
         if self.trainer.offload(tuple(cmd.gpu_ids)):
             for g in cmd.gpu_ids:
@@ -245,19 +269,13 @@ class World(WorkerCommands):
                     self.gpus[g] = Gpu(g, Zone.OVERLAP, node="train")
                     self.gpu_since[g] = now
 
-    def _do_RestoreTraining(self, cmd: C.RestoreTraining) -> None:
+    def _restore_training(self, cmd: C.RestoreTraining) -> None:
         ids = tuple(g for g in cmd.gpu_ids if g in self.trainer.lent)
-        for w in [w for w in self.workers.values() if set(ids) & set(w.gpu_ids)]:
-            self._kill(w, preserve=True)
+        for w in self.pool.on_gpus(ids):
+            self.pool.kill(w, preserve=True)
         for g in ids:
             self._drop_gpu(g)
         self.trainer.restore(ids)
-
-    def _do_StartRolloutBatch(self, cmd: C.StartRolloutBatch) -> None:
-        start_batch(self, cmd)
-
-    def _do_Route(self, cmd: C.Route) -> None:
-        route(self, cmd)
 
     # -- workers: physics driving -----------------------------------------------------------
     def touch(self, w: SimWorker) -> None:
@@ -278,10 +296,7 @@ class World(WorkerCommands):
         for c in w.engine.advance(self.core.now_s):
             on_completion(self, w, c)
         self.touch(w)
-        self._check_drained(w)
-
-    def _interrupt(self, w: SimWorker, *, preserve: bool) -> None:
-        interrupt_worker(self, w, preserve=preserve)
+        self.pool.check_drained(w)
 
     def finish(self, until_s: float) -> None:
         """Close the books at `until_s` (GPU-seconds of GPUs and workers still alive)."""
@@ -319,9 +334,7 @@ class World(WorkerCommands):
         self.step_end_times_s.append(now)
         worker_steps = []
         for w in self.workers.values():
-            rec = worker_step_record(
-                w.engine.take_stats(now), s.step, w.engine.kv_capacity_tokens
-            )
+            rec = worker_step_record(w.engine.take_stats(now), s.step, w.engine.kv_capacity_tokens)
             if rec is not None:
                 worker_steps.append(rec)
         self.finished_turns.extend(s.turns)

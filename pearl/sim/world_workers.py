@@ -1,13 +1,16 @@
-"""Worker commands of the simulated world: start, weight sync, role, drain, interrupt, stop.
+"""The simulated world's rollout workers: start, weight sync, role, drain, interrupt, stop.
 
-A mixin of `World` (pearl/sim/world.py), split out to keep each module small; it uses the
-world's config, event core, GPU table, worker table, trainer and stats. `SimWorker` (a
-worker's engine, GPUs and lifecycle flags) lives here and is re-exported by world.py.
-Start-up and first-sync delays are the reconfiguration costs of the world's docstring.
+`SimWorkers` is the world's worker component: it owns the worker table and executes the
+worker commands; the world (pearl/sim/world.py) gives it the event core, config, GPU
+table, trainer and stats it reads, and three callables (emit an event, the hardware of a
+tensor-parallel degree, interrupt a worker's requests). `SimWorker` (a worker's engine,
+GPUs and lifecycle flags) lives here too. Start-up and first-sync delays are the
+reconfiguration costs of the world's docstring.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,9 +19,9 @@ from pearl.control import events as E
 from pearl.control.state import Gpu, Role, Zone
 from pearl.sim.config import SimConfig
 from pearl.sim.core import PRIO_COMPLETION, EventCore, Handle
-from pearl.sim.hardware import WorkerHardware
 from pearl.sim.inference import InferenceWorker
 from pearl.sim.inference_types import WorkerConfig
+from pearl.sim.physics import WorkerHardware
 from pearl.sim.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -44,27 +47,39 @@ class SimWorker:
     incoming: set[str] = field(default_factory=set)  # trajectories in KV transfer to it
 
 
-class WorkerCommands:
-    """Worker half of `World`; attributes are set by `World.__init__`."""
+class SimWorkers:
+    """The worker table and the worker commands (see the module docstring)."""
 
-    cfg: SimConfig
-    core: EventCore
-    gpus: dict[str, Gpu]
-    workers: dict[str, SimWorker]
-    trainer: Trainer
-    stats: WorldStats
-    engine_config: WorkerConfig
+    def __init__(
+        self,
+        *,
+        cfg: SimConfig,
+        core: EventCore,
+        gpus: dict[str, Gpu],
+        trainer: Trainer,
+        stats: WorldStats,
+        engine_config: WorkerConfig,
+        emit: Callable[[object], None],
+        hardware: Callable[[int], WorkerHardware],
+        interrupt: Callable[[SimWorker, bool], None],
+    ) -> None:
+        self.cfg = cfg
+        self.core = core
+        self.gpus = gpus
+        self.trainer = trainer
+        self.stats = stats
+        self.engine_config = engine_config
+        self.emit = emit
+        self._hardware = hardware
+        self._interrupt = interrupt
+        self.workers: dict[str, SimWorker] = {}
 
-    def emit(self, event: object) -> None:
-        raise NotImplementedError
+    def on_gpus(self, gpu_ids: Iterable[str]) -> list[SimWorker]:
+        """The workers on any of `gpu_ids`."""
+        ids = set(gpu_ids)
+        return [w for w in self.workers.values() if ids & set(w.gpu_ids)]
 
-    def _hardware(self, tp: int) -> WorkerHardware:
-        raise NotImplementedError
-
-    def _interrupt(self, w: SimWorker, *, preserve: bool) -> None:
-        raise NotImplementedError
-
-    def _do_InitWorker(self, cmd: C.InitWorker) -> None:
+    def init(self, cmd: C.InitWorker) -> None:
         now = self.core.now_s
         missing = [g for g in cmd.gpu_ids if g not in self.gpus]
         lent = self.trainer.lent
@@ -105,13 +120,13 @@ class WorkerCommands:
         if self.workers.get(w.worker_id) is not w:
             return  # stopped meanwhile
         if fails:
-            self._remove_worker(w)
+            self.remove(w)
             self._init_failed(w.worker_id, "initialisation failed")
             return
         w.ready = True
         self.emit(E.WorkerReady(self.core.now_s, w.worker_id))
 
-    def _do_SyncWeights(self, cmd: C.SyncWeights) -> None:
+    def sync_weights(self, cmd: C.SyncWeights) -> None:
         w = self.workers.get(cmd.worker_id)
         if w is None:
             return
@@ -135,7 +150,7 @@ class WorkerCommands:
 
         self.core.schedule(now + delay, done, PRIO_COMPLETION)
 
-    def _do_ChangeRole(self, cmd: C.ChangeRole) -> None:
+    def change_role(self, cmd: C.ChangeRole) -> None:
         w = self.workers.get(cmd.worker_id)
         if w is None:
             return
@@ -148,24 +163,24 @@ class WorkerCommands:
             return
         w.engine.set_role(cmd.role)
 
-    def _do_Drain(self, cmd: C.Drain) -> None:
+    def drain(self, cmd: C.Drain) -> None:
         w = self.workers.get(cmd.worker_id)
         if w is None:
             return
         w.draining = True
-        self._check_drained(w)
+        self.check_drained(w)
 
-    def _do_Interrupt(self, cmd: C.Interrupt) -> None:
+    def interrupt(self, cmd: C.Interrupt) -> None:
         w = self.workers.get(cmd.worker_id)
         if w is not None:
-            self._interrupt(w, preserve=True)
+            self._interrupt(w, True)
 
-    def _do_StopWorker(self, cmd: C.StopWorker) -> None:
+    def stop(self, cmd: C.StopWorker) -> None:
         w = self.workers.get(cmd.worker_id)
         if w is not None:
-            self._kill(w, preserve=True)
+            self.kill(w, preserve=True)
 
-    def _check_drained(self, w: SimWorker) -> None:
+    def check_drained(self, w: SimWorker) -> None:
         if w.draining and not w.engine.num_in_flight and not w.incoming:
             w.draining = False
             self.emit(E.WorkerDrained(self.core.now_s, w.worker_id))
@@ -173,11 +188,11 @@ class WorkerCommands:
             w.engine.set_role(w.pending_role)
             w.pending_role = None
 
-    def _kill(self, w: SimWorker, *, preserve: bool) -> None:
-        self._interrupt(w, preserve=preserve)
-        self._remove_worker(w)
+    def kill(self, w: SimWorker, *, preserve: bool) -> None:
+        self._interrupt(w, preserve)
+        self.remove(w)
 
-    def _remove_worker(self, w: SimWorker) -> None:
+    def remove(self, w: SimWorker) -> None:
         if w.handle is not None:
             w.handle.cancel()
         self.workers.pop(w.worker_id, None)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pearl.control.decision import DecisionEngine, EngineConfig, at_budget
+from pearl.control.decision import DecisionConfig, DecisionEngine, at_budget
 from pearl.control.makespan import predict
 from pearl.control.plan import PDConfig
 from pearl.control.profile import HardwarePrior, WorkloadProfile
@@ -95,7 +95,7 @@ def test_modes_restrict_candidates():
 def test_hysteresis_mode_change_needs_more_than_ratio_change():
     """With a saving between the two thresholds, a ratio change happens but a mode change not."""
     prof = swe_profile(new_prefill_tokens_per_turn=12000, env_s_per_turn_mean=2.0)
-    eng = DecisionEngine(EngineConfig(mode_switch_threshold=0.0, ratio_switch_threshold=0.0))
+    eng = DecisionEngine(DecisionConfig(mode_switch_threshold=0.0, ratio_switch_threshold=0.0))
     free = eng.decide(prof, 16, 64)
     splits = [c for c in free.candidates if not c.config.is_colocated and c.prediction.feasible]
     cands = {str(c.config): c.prediction.makespan_s for c in splits}
@@ -104,11 +104,11 @@ def test_hysteresis_mode_change_needs_more_than_ratio_change():
     best_split_m = min(cands.values())
     ratio_gain = (m_cur - best_split_m) / m_cur
     assert ratio_gain > 0.01
-    strict_modes = DecisionEngine(EngineConfig(0.99, ratio_gain / 2))
+    strict_modes = DecisionEngine(DecisionConfig(0.99, ratio_gain / 2))
     d = strict_modes.decide(prof, 16, 64, current=worst_split)
     assert not d.chosen.is_colocated and d.chosen != worst_split and d.switch
     assert "ratio change" in d.reason
-    lazy = DecisionEngine(EngineConfig(0.99, min(0.98, ratio_gain * 2)))
+    lazy = DecisionEngine(DecisionConfig(0.99, min(0.98, ratio_gain * 2)))
     d = lazy.decide(prof, 16, 64, current=worst_split)
     assert d.chosen == worst_split and not d.switch and "keep" in d.reason
 
@@ -116,7 +116,7 @@ def test_hysteresis_mode_change_needs_more_than_ratio_change():
 def test_infeasible_current_forces_switch():
     """disaggregated:7:1 cannot hold the batch's KV on one decode worker: forced switch."""
     prof = swe_profile(context_tokens_mean=20000)
-    d = DecisionEngine(EngineConfig(0.99, 0.99)).decide(prof, 8, 64, PDConfig.disaggregated(7, 1))
+    d = DecisionEngine(DecisionConfig(0.99, 0.99)).decide(prof, 8, 64, PDConfig.disaggregated(7, 1))
     assert d.forced and d.switch and d.feasible
     assert d.chosen != PDConfig.disaggregated(7, 1)
     assert d.candidate(d.chosen).prediction.feasible
@@ -190,7 +190,7 @@ def test_constant_profile_never_flip_flops(prof, budget, current, batch):
 @settings(max_examples=60, deadline=None)
 @given(prof=profiles, budget=st.integers(2, 24), current=configs, batch=st.integers(8, 128))
 def test_infeasible_current_always_forces_a_switch(prof, budget, current, batch):
-    eng = DecisionEngine(EngineConfig(0.5, 0.4))
+    eng = DecisionEngine(DecisionConfig(0.5, 0.4))
     d = eng.decide(prof, budget, batch, current)
     stay = at_budget(current, budget)
     stay_c = d.candidate(stay) if stay is not None else None

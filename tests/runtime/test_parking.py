@@ -154,19 +154,19 @@ def test_world_prestarts_activates_and_parks_on_training_slots(cluster) -> None:
 
     async def run():
         world = _world(rec, park=True, slots=("t1",))
-        starts, real_start = [], world.lot._start
+        starts, real_start = [], world.pool.lot._start
 
         def start(*args, **kwargs):  # the pre-started engine allocates nothing on the device
             starts.append(kwargs.get("released", False))
             return real_start(*args, **kwargs)
 
-        world.lot._start = start
+        world.pool.lot._start = start
         try:
-            assert world.prestart_parked() == 1
-            await _until(lambda: ("t1",) in world.lot.parked)
+            assert world.pool.prestart_parked() == 1
+            await _until(lambda: ("t1",) in world.pool.lot.parked)
             (pre,) = [p for k, p in rec.records if k == "park"]
             assert pre["worker"] == "parked-t1" and pre["gpus"] == ["t1"]
-            pid0 = await _pid(world.lot.parked[("t1",)])
+            pid0 = await _pid(world.pool.lot.parked[("t1",)])
             assert starts == [True]
             world.execute(cmd.InitWorker("w7", ("t1",), Role.COLOCATED, "borrow-1"))
             await _until(lambda: rec.events)
@@ -176,25 +176,25 @@ def test_world_prestarts_activates_and_parks_on_training_slots(cluster) -> None:
             h = world.workers["w7"]
             status = await h.status.remote()
             assert status.pid == pid0 and status.worker_id == "w7" and not status.released
-            assert not world.lot.parked  # taken out of the lot while it serves
+            assert not world.pool.lot.parked  # taken out of the lot while it serves
             world.execute(cmd.StopWorker("w7"))
-            assert "w7" not in world.workers and world.parks_pending(("t1",))
-            await _until(lambda: not world.parks_pending(("t1",)))
-            again = await world.lot.parked[("t1",)].status.remote()
+            assert "w7" not in world.workers and world.pool.parks_pending(("t1",))
+            await _until(lambda: not world.pool.parks_pending(("t1",)))
+            again = await world.pool.lot.parked[("t1",)].status.remote()
             assert again.parked and again.released and again.pid == pid0
             # A group cancelled before its worker is activated: it stays parked, no event.
             world.execute(cmd.InitWorker("w8", ("t1",), Role.DECODE, "borrow-2"))
             world.execute(cmd.StopWorker("w8"))
             await asyncio.sleep(0.5)
-            await _until(lambda: ("t1",) in world.lot.parked and not world.tasks)
+            await _until(lambda: ("t1",) in world.pool.lot.parked and not world.tasks)
             assert len(rec.events) == 1
             # ... and while its activation call is in flight: parked after the activation.
             world.execute(cmd.InitWorker("w9", ("t1",), Role.DECODE, "borrow-3"))
-            while "w9" not in world.activating:
+            while "w9" not in world.pool.activating:
                 await asyncio.sleep(0)
             world.execute(cmd.StopWorker("w9"))
-            await _until(lambda: ("t1",) in world.lot.parked and not world.tasks)
-            last = await world.lot.parked[("t1",)].status.remote()
+            await _until(lambda: ("t1",) in world.pool.lot.parked and not world.tasks)
+            last = await world.pool.lot.parked[("t1",)].status.remote()
             assert last.parked and last.released and not last.accepting and last.pid == pid0
             assert len(rec.events) == 1
             return dict(world.counters)
@@ -218,13 +218,13 @@ def test_world_without_parking_starts_and_kills(cluster) -> None:
     async def run():
         world = _world(rec, park=False, slots=("t2",))
         try:
-            assert world.prestart_parked() == 0
+            assert world.pool.prestart_parked() == 0
             world.execute(cmd.InitWorker("w1", ("t2",), Role.COLOCATED, "borrow-1"))
             await _until(lambda: rec.events)
             h = world.workers["w1"]
             await h.status.remote()
             world.execute(cmd.StopWorker("w1"))
-            assert not world.parks_pending(("t2",)) and not world.lot.parked
+            assert not world.pool.parks_pending(("t2",)) and not world.pool.lot.parked
             return h, dict(world.counters)
         finally:
             await world.shutdown()
@@ -240,7 +240,7 @@ def test_trainer_restores_only_after_the_park_and_before_training() -> None:
     """ReleaseGpus + RestoreTraining while a park is pending: the restore call and the
     return note wait for the park; the restore goes out before training is started; once
     the trainer has restored, the controller hears `TrainingRestored`."""
-    from pearl.runtime.lending import Lending
+    from pearl.runtime.lending import TrainingLending
 
     calls: list[str] = []
 
@@ -258,37 +258,26 @@ def test_trainer_restores_only_after_the_park_and_before_training() -> None:
         restore = Remote("restore")
         release = Remote("release")
 
-    class Driver(Lending):
-        def __init__(self, parks: list[asyncio.Task]) -> None:
-            self.world = type("W", (), {"parks_pending": lambda _s, g: parks, "device_free": {}})()
-            self.trainer = Trainer()
-            self.lent = {"t0"}
-            self.wants_deadline = None
-            self.late_returns = 0
-            self.restore_deferred = set()
-            self.notes: list[str] = []
-
-        def now(self) -> float:
-            return 0.0
-
-        def emit(self, event: Any) -> None:
-            calls.append(type(event).__name__)
-
-        def note(self, kind: str, reason: str, **detail: Any) -> None:
-            calls.append(kind)
-
-        def _last_decision(self, word: str) -> str:
-            return ""
-
-        def _maybe_train(self) -> None:
-            calls.append("train")
+    def lending(parks: list[asyncio.Task]) -> TrainingLending:
+        pool = type("P", (), {"parks_pending": lambda _s, g: parks, "device_free": {}})()
+        d = TrainingLending(
+            trainer=Trainer(),
+            slots=pool,
+            emit=lambda event: calls.append(type(event).__name__),
+            now=lambda: 0.0,
+            note=lambda kind, reason, **detail: calls.append(kind),
+            last_decision=lambda word: "",
+            on_returned=lambda: calls.append("train"),
+        )
+        d.lent = {"t0"}
+        return d
 
     async def run():
         park_done = asyncio.Event()
         park = asyncio.create_task(park_done.wait())
-        d = Driver([park])
-        d._lend(cmd.ReleaseGpus(("t0",), "training"))
-        d._lend(cmd.RestoreTraining(("t0",)))
+        d = lending([park])
+        d.release(cmd.ReleaseGpus(("t0",), "training"))
+        d.restore(cmd.RestoreTraining(("t0",)))
         await asyncio.sleep(0.05)
         assert calls == [] and d.lent == {"t0"}  # the park still holds the device
         park_done.set()

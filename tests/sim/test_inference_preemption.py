@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from sim_toys import toy
 
 from pearl.control.state import Role
-from pearl.sim.hardware import HardwareParams, WorkerHardware
 from pearl.sim.inference import InferenceWorker
 from pearl.sim.inference_types import Phase, Request, WorkerConfig
+from pearl.sim.physics import HardwareParams, WorkerHardware
 from pearl.specs import get_gpu, get_model
 
 from ._inference_helpers import request_lists, run

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pearl.control.decision import DecisionEngine, EngineConfig
+from pearl.control.decision import DecisionConfig, DecisionEngine
 from pearl.control.gates import SwitchCostTracker, borrow_gate, expansion_gate
 from pearl.control.makespan import predict
 from pearl.control.plan import PDConfig
@@ -37,7 +37,7 @@ class EngineAdvisor:
         hardware: HardwarePrior,
         batch_size: int,
         gpus_per_worker: int = 1,
-        engine_config: EngineConfig | None = None,
+        engine_config: DecisionConfig | None = None,
         costs: SwitchCostTracker | None = None,
         initial_profile: WorkloadProfile | None = None,
     ) -> None:
@@ -46,7 +46,7 @@ class EngineAdvisor:
         self.gpus_per_worker = gpus_per_worker
         self.tracker = RuntimeTracker(hardware, initial=initial_profile)
         self.engine = DecisionEngine(
-            engine_config or EngineConfig(num_gpus_per_worker=gpus_per_worker)
+            engine_config or DecisionConfig(num_gpus_per_worker=gpus_per_worker)
         )
         self.costs = costs or SwitchCostTracker()
         self.fixed = PDConfig.disaggregated(*policy.fixed_ratio) if policy.fixed_ratio else None

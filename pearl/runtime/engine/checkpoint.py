@@ -17,8 +17,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from pearl.errors import InputError
-from pearl.runtime.engine.config import ModelConfig
 from pearl.runtime.engine.model import Qwen3ForCausalLM
+from pearl.runtime.engine.model_config import ModelConfig
 
 _EXPERT_KEY = re.compile(
     r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$"

@@ -18,10 +18,10 @@ import torch
 
 from pearl.errors import InputError
 from pearl.runtime.engine.checkpoint import load_checkpoint, normalize_state_dict
-from pearl.runtime.engine.config import ModelConfig
 from pearl.runtime.engine.errors import EngineReleased, RequestRejected
 from pearl.runtime.engine.kv_cache import BlockManager
 from pearl.runtime.engine.model import DTYPES
+from pearl.runtime.engine.model_config import ModelConfig
 from pearl.runtime.engine.model_runner import ModelRunner
 from pearl.runtime.engine.payload import KVPayload
 from pearl.runtime.engine.sampling import SamplingParams

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pearl.runtime.engine.attention import AttentionContext, paged_attention
-from pearl.runtime.engine.config import ModelConfig
+from pearl.runtime.engine.model_config import ModelConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

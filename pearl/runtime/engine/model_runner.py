@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 
 from pearl.runtime.engine.attention import AttentionContext
-from pearl.runtime.engine.config import ModelConfig
 from pearl.runtime.engine.decode_kv import DecodeRows
 from pearl.runtime.engine.kv_cache import KVCache
 from pearl.runtime.engine.model import Qwen3ForCausalLM
+from pearl.runtime.engine.model_config import ModelConfig
 from pearl.runtime.engine.sampling import sample
 from pearl.runtime.engine.scheduler import ScheduledBatch
 

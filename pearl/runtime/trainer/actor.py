@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from pearl.runtime.trainer.trainer import GRPOTrainer, TrainerConfig, TrainSample
+from pearl.runtime.trainer.grpo_trainer import GrpoConfig, GRPOTrainer, TrainSample
 
 
 def causal_lm_logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
@@ -30,7 +30,7 @@ class TrainerActor:
     def __init__(
         self,
         model_config: Any,
-        trainer_cfg: TrainerConfig,
+        trainer_cfg: GrpoConfig,
         *,
         init_seed: int = 0,
         checkpoint_dir: str | None = None,

@@ -8,7 +8,7 @@ import pytest
 
 from pearl.errors import InputError
 from pearl.runtime.engine.checkpoint import expected_shapes
-from pearl.runtime.engine.config import ModelConfig
+from pearl.runtime.engine.model_config import ModelConfig
 from pearl.specs import get_model
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pearl.errors import InputError
-from pearl.runtime.trainer.trainer import GRPOTrainer, TrainerConfig, TrainSample
+from pearl.runtime.trainer.grpo_trainer import GrpoConfig, GRPOTrainer, TrainSample
 
 
 class TinyLM(torch.nn.Module):
@@ -34,7 +34,7 @@ def _batch(trainer: GRPOTrainer, n: int = 8) -> list[TrainSample]:
 
 def test_reward_rises_under_grpo():
     """The probability of the rewarded token grows over a few steps."""
-    trainer = GRPOTrainer(TinyLM(), TrainerConfig(lr=0.1))
+    trainer = GRPOTrainer(TinyLM(), GrpoConfig(lr=0.1))
     p0 = torch.softmax(trainer.model(torch.tensor([[0]]))[0, -1], -1)[1].item()
     for _ in range(15):
         metrics = trainer.train_step(_batch(trainer))
@@ -44,7 +44,7 @@ def test_reward_rises_under_grpo():
 
 
 def test_release_and_restore_keep_weights():
-    trainer = GRPOTrainer(TinyLM(), TrainerConfig(lr=0.1))
+    trainer = GRPOTrainer(TinyLM(), GrpoConfig(lr=0.1))
     trainer.train_step(_batch(trainer))
     before = trainer.snapshot()[1]
     trainer.release()
@@ -57,7 +57,7 @@ def test_release_and_restore_keep_weights():
 
 
 def test_checkpoint_round_trip_and_bad_paths(tmp_path):
-    trainer = GRPOTrainer(TinyLM(), TrainerConfig(lr=0.1))
+    trainer = GRPOTrainer(TinyLM(), GrpoConfig(lr=0.1))
     trainer.train_step(_batch(trainer))
     trainer.save(tmp_path / "ckpt.pt")
     other = GRPOTrainer(TinyLM(vocab=4))

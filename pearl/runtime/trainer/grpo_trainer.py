@@ -43,7 +43,7 @@ class TrainSample:
 
 
 @dataclass(frozen=True)
-class TrainerConfig:
+class GrpoConfig:
     lr: float = 3e-4
     clip_eps: float = 0.2
     kl_coef: float = 0.0
@@ -68,13 +68,13 @@ class GRPOTrainer:
     def __init__(
         self,
         model: torch.nn.Module,
-        cfg: TrainerConfig | None = None,
+        cfg: GrpoConfig | None = None,
         *,
         device: str = "cpu",
         logits_fn: LogitsFn = _default_logits,
         pad_id: int = 0,
     ) -> None:
-        self.cfg = cfg or TrainerConfig()
+        self.cfg = cfg or GrpoConfig()
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.logits_fn = logits_fn

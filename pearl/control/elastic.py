@@ -11,7 +11,7 @@ Every membership or role change goes through a `Plan` (`plan_transition` + `appl
   version once ready; the group is admitted (all `active` at once, with its deferred role
   changes) only when every member is ready and synced. Any failure cancels the group.
 
-`Scheduler` is the part of the controller that owns the pending groups; the rebuilder,
+`ElasticScheduler` is the part of the controller that owns the pending groups; the rebuilder,
 the lender and the controller call it. It reads and changes the shared `ControlContext`.
 """
 
@@ -54,7 +54,7 @@ class Group:
     last_ready_s: float | None = None
 
 
-class Scheduler:
+class ElasticScheduler:
     """Plans, groups and the worker lifecycle over the shared context.
 
     `returning_gpus()` names held GPUs on their way back (no re-plan may use them; the
