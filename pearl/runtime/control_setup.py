@@ -1,6 +1,6 @@
 """The controller a `pearl run` drives, built from its RunConfig (no I/O, no Ray).
 
-`run_policy` applies the config's controller knobs to the named policy; `build_controller`
+`configured_policy` applies the config's controller knobs to the named policy; `build_controller`
 adds the advisor (the decision engine with the device prior and the switch-cost gates
 seeded from `controller.switch_costs`) and the controller over the dedicated slots.
 """
@@ -20,7 +20,7 @@ from pearl.runtime.device_prior import slot_prior
 from pearl.runtime.run_config import RunConfig
 
 
-def run_policy(cfg: RunConfig) -> Policy:
+def configured_policy(cfg: RunConfig) -> Policy:
     """The named policy with the run's staleness bound, modes and routing bound."""
     c = cfg.controller
     policy = dataclasses.replace(get_policy(c.policy), max_staleness=cfg.rollout.max_staleness)

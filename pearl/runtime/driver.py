@@ -21,7 +21,7 @@ from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.control.plan import config_of
 from pearl.control.state import ClusterState, Gpu, Status, Zone
-from pearl.runtime.control_setup import build_controller, run_policy
+from pearl.runtime.control_setup import build_controller, configured_policy
 from pearl.runtime.lending import TrainingLending
 from pearl.runtime.pipeline import TrainingPipeline, checkpoint_dir, load_checkpoint
 from pearl.runtime.run_config import RunConfig, dump_run_config
@@ -209,7 +209,7 @@ class RunDriver:
             self.world.restored_done = {
                 d["traj_id"]: RuntimeTrajectory.from_json(d) for d in ckpt["done_trajectories"]
             }
-        policy = run_policy(cfg)
+        policy = configured_policy(cfg)
         if policy.borrow != "never":  # overlap workers exist from the start, parked (§5)
             self.world.pool.prestart_parked()
         self.controller, self.switch_costs = build_controller(

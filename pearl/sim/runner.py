@@ -4,21 +4,22 @@
 every policy), a controller with the named policy, and drives them to the end of the trace.
 Policies side by side with the upper bound: `pearl.sim.compare.run_simulation`.
 
-Policy names come from `pearl.control.policies` (pearl, rlboost+, roll, roll-large,
-ablations), plus
-static ones for `--static-gpus` runs: `fixed:colocated` and `fixed:disagg:P:D`.
+Policy names come from the one registry, `pearl.control.policies` (pearl, rlboost+, roll,
+roll-large, the ablations, and the static `fixed:colocated` / `fixed:disagg:P:D` that
+`--static-gpus` runs compare).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pearl.control.controller import Controller
+from pearl.control.policies import get_policy
+from pearl.control.policies.base import Policy
 from pearl.control.state import ClusterState
 from pearl.errors import InputError
 from pearl.sim.config import SimConfig
@@ -32,38 +33,9 @@ STATIC_DURATION_S = 7200.0
 
 
 # -- policies ---------------------------------------------------------------------------------
-def make_policy(name: str) -> Any:
-    """A policy object by name; `fixed:*` are static baselines (no elasticity at all)."""
-    from pearl.control.policies import get_policy
-    from pearl.control.policies.base import Policy
-
-    if name == "fixed:colocated":
-        return Policy(
-            name=name,
-            use_preemptible=False,
-            borrow="never",
-            adapt_pd=False,
-            modes=("colocated",),
-        )
-    m = re.fullmatch(r"fixed:(?:disagg|disaggregated):(\d+):(\d+)", name)
-    if m:
-        ratio = (int(m.group(1)), int(m.group(2)))
-        if min(ratio) < 1:
-            raise InputError("<argument>", f"bad ratio in '{name}'", field="--policies")
-        return Policy(
-            name=name,
-            use_preemptible=False,
-            borrow="never",
-            adapt_pd=False,
-            modes=("disaggregated",),
-            fixed_ratio=ratio,
-        )
-    if name.startswith("fixed:"):
-        raise InputError(
-            "<argument>",
-            f"unknown static policy '{name}' (fixed:colocated or fixed:disagg:P:D)",
-            field="--policies",
-        )
+def make_policy(name: str) -> Policy:
+    """The policy called `name` from the one registry (`pearl.control.policies`); an unknown
+    name is an input error on `--policies`."""
     try:
         return get_policy(name)
     except (KeyError, ValueError) as err:

@@ -192,3 +192,13 @@ def test_trace_and_checkpoint_paths_resolve_against_the_config_file(tmp_path, ca
     cfg.write_text("trace: {source: demo}\n")
     res = runner.invoke(app, ["run", str(cfg), "--out", "run2", "--no-live", "--json"])
     assert res.exit_code == 0 and calls[2]["cfg"].trace.source == "demo"
+
+
+def test_run_config_accepts_every_registry_policy_but_simulation_pools(tmp_path):
+    """`pearl run` and `pearl simulate` share one registry: the static `fixed:*` baselines
+    and the ablations are accepted; only a fixed pool at the trace's mean is refused."""
+    from pearl.runtime.run_config import load_run_config
+
+    for name in ("fixed:colocated", "fixed:disagg:2:1", "pearl-no-borrow", "rlboost+"):
+        cfg = load_run_config(_config(tmp_path, f'controller: {{policy: "{name}"}}\n'))
+        assert cfg.controller.policy == name

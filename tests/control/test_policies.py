@@ -64,6 +64,22 @@ def test_registry_knows_every_name():
         get_policy("pearl-disagg:0:4")
 
 
+def test_static_policies_are_in_the_one_registry():
+    """`fixed:*` resolve through the same registry `pearl run` and `pearl simulate` use: no
+    elasticity, the named PD shape."""
+    col = get_policy("fixed:colocated")
+    assert col.modes == ("colocated",) and not col.use_preemptible and col.borrow == "never"
+    for name in ("fixed:disagg:5:3", "fixed:disaggregated:5:3"):
+        p = get_policy(name)
+        assert p.name == name and p.fixed_ratio == (5, 3) and p.modes == ("disaggregated",)
+        assert not p.use_preemptible and p.borrow == "never" and not p.adapt_pd
+    assert "fixed:disagg:P:D" in policy_names() and "fixed:colocated" in policy_names()
+    with pytest.raises(ValueError, match="P and D"):
+        get_policy("fixed:disagg:0:2")
+    with pytest.raises(ValueError, match="known"):
+        get_policy("fixed:nonsense")
+
+
 @given(
     n=st.integers(1, 64),
     p=st.integers(1, 9),
