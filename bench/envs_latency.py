@@ -13,8 +13,7 @@ import statistics
 import time
 
 from pearl.envs.code_repair import PROJECTS, CodeRepairEnv
-from pearl.envs.code_repair.isolation import probe_level
-from pearl.envs.code_repair.sandbox import Limits, new_root, run_in_sandbox
+from pearl.envs.code_repair.sandbox import Limits, new_root, probe_level, run_in_sandbox
 from pearl.envs.learnable import GuessEnv, random_digit_policy
 from pearl.envs.pool import EnvPool
 

@@ -25,8 +25,14 @@ from pearl.envs.code_repair import (
     SandboxPathError,
     resolve_in_sandbox,
 )
-from pearl.envs.code_repair.isolation import UID_BASE, Isolation, isolation, probe_level
-from pearl.envs.code_repair.sandbox import new_root, prepare_root, run_in_sandbox
+from pearl.envs.code_repair.isolation import UID_BASE, Isolation
+from pearl.envs.code_repair.sandbox import (
+    isolation,
+    new_root,
+    prepare_root,
+    probe_level,
+    run_in_sandbox,
+)
 
 # Generous wall time for runs that must finish on their own (the machine may be loaded);
 # the tests that expect a kill set tight limits of their own.

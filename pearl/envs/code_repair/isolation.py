@@ -3,17 +3,15 @@
 Levels, strongest first: ``full`` (root: network, PID and mount namespaces, private tmpfs,
 an unprivileged uid of the run's own), ``userns`` (an unprivileged user with user
 namespaces: the same namespaces, no uid of its own), ``none`` (rlimits, audit hook and
-watchdog only). `isolation()` probes once per process and picks an interpreter that the
-sandbox can run at that level; ``PEARL_SANDBOX_ISOLATION`` caps the level.
+watchdog only). The sandbox (`pearl.envs.code_repair.sandbox.isolation`) probes once per
+process which level works here by running itself at it; ``PEARL_SANDBOX_ISOLATION`` caps
+the level. This module holds what the probe and the runs share: the `Isolation` found and
+the per-run uid plumbing.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import shutil
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -37,65 +35,6 @@ class Isolation:
     @property
     def drops_uid(self) -> bool:
         return self.level == "full"
-
-
-@functools.cache
-def isolation() -> Isolation:
-    """Probe (once per process) the strongest isolation this machine supports."""
-    cap = os.environ.get("PEARL_SANDBOX_ISOLATION", "full")
-    allowed = LEVELS[LEVELS.index(cap) :] if cap in LEVELS else LEVELS
-    for level in allowed:
-        iso = probe_level(level)
-        if iso is not None:
-            return iso
-    return Isolation(level="none", python=sys.executable, prefix=())
-
-
-def probe_level(level: str) -> Isolation | None:
-    """The isolation of `level` with the first interpreter that works there, or None."""
-    unshare = shutil.which("unshare")
-    ns_flags = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
-    if level == "full":
-        if not unshare or os.geteuid() != 0:
-            return None
-        prefix: tuple[str, ...] = (unshare, *ns_flags, "--")
-    elif level == "userns":
-        if not unshare:
-            return None
-        prefix = (unshare, "--user", "--map-root-user", *ns_flags, "--")
-    elif level == "none":
-        prefix = ()
-    else:
-        raise ValueError(f"unknown isolation level '{level}' (use {', '.join(LEVELS)})")
-    for python in _interpreters():
-        iso = Isolation(level=level, python=python, prefix=prefix)
-        if _probe(iso):
-            return iso
-    return None
-
-
-def _interpreters() -> list[str]:
-    found: list[str] = []
-    for cand in (getattr(sys, "_base_executable", None), sys.executable, "/usr/bin/python3"):
-        if cand and os.path.exists(cand):
-            real = os.path.realpath(cand)
-            if real not in found:
-                found.append(real)
-    return found
-
-
-def _probe(iso: Isolation) -> bool:
-    with tempfile.TemporaryDirectory(prefix="pearl-probe-") as tmp:
-        from pearl.envs.code_repair.sandbox import Limits, _run, prepare_root
-
-        root = Path(tmp)
-        prepare_root(root)
-
-        try:
-            res = _run(root.resolve(), Limits(wall_timeout_s=10), iso, mode="probe", script=None)
-        except OSError:
-            return False
-        return res.all_passed
 
 
 def next_uid() -> int:

@@ -16,7 +16,7 @@ Layers, strongest first (each one works without the others):
 5. **Parent watchdog**: a wall-clock timeout and an output cap; either kills the whole
    process group (and, through the PID namespace, every descendant).
 
-`isolation()` (isolation.py) probes once per process which OS layers work here (root: namespaces + uid;
+`isolation()` (below) probes once per process which OS layers work here (root: namespaces + uid;
 an unprivileged user: a user namespace; otherwise rlimits only) and says so; the
 environment variable ``PEARL_SANDBOX_ISOLATION`` (``full``, ``userns``, ``none``) caps
 the level, which tests use to exercise the fall-backs.
@@ -24,11 +24,14 @@ the level, which tests use to exercise the fall-backs.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -36,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pearl.envs.code_repair.isolation import (
+    LEVELS,
     Isolation,
     chown_tree,
-    isolation,
     next_uid,
     nproc_limit,
     wait_gone,
@@ -282,3 +285,61 @@ def _signal_reason(code: int | None, limits: Limits) -> str | None:
     if -code == signal.SIGXFSZ:
         return "file size limit"
     return f"signal {-code}"
+
+
+# -- the isolation probe: the sandbox runs itself at each level, strongest first ---------------
+@functools.cache
+def isolation() -> Isolation:
+    """Probe (once per process) the strongest isolation this machine supports."""
+    cap = os.environ.get("PEARL_SANDBOX_ISOLATION", "full")
+    allowed = LEVELS[LEVELS.index(cap) :] if cap in LEVELS else LEVELS
+    for level in allowed:
+        iso = probe_level(level)
+        if iso is not None:
+            return iso
+    return Isolation(level="none", python=sys.executable, prefix=())
+
+
+def probe_level(level: str) -> Isolation | None:
+    """The isolation of `level` with the first interpreter that works there, or None."""
+    unshare = shutil.which("unshare")
+    ns_flags = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
+    if level == "full":
+        if not unshare or os.geteuid() != 0:
+            return None
+        prefix: tuple[str, ...] = (unshare, *ns_flags, "--")
+    elif level == "userns":
+        if not unshare:
+            return None
+        prefix = (unshare, "--user", "--map-root-user", *ns_flags, "--")
+    elif level == "none":
+        prefix = ()
+    else:
+        raise ValueError(f"unknown isolation level '{level}' (use {', '.join(LEVELS)})")
+    for python in _interpreters():
+        iso = Isolation(level=level, python=python, prefix=prefix)
+        if _probe(iso):
+            return iso
+    return None
+
+
+def _interpreters() -> list[str]:
+    found: list[str] = []
+    for cand in (getattr(sys, "_base_executable", None), sys.executable, "/usr/bin/python3"):
+        if cand and os.path.exists(cand):
+            real = os.path.realpath(cand)
+            if real not in found:
+                found.append(real)
+    return found
+
+
+def _probe(iso: Isolation) -> bool:
+    with tempfile.TemporaryDirectory(prefix="pearl-probe-") as tmp:
+        root = Path(tmp)
+        prepare_root(root)
+
+        try:
+            res = _run(root.resolve(), Limits(wall_timeout_s=10), iso, mode="probe", script=None)
+        except OSError:
+            return False
+        return res.all_passed
