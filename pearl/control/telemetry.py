@@ -122,6 +122,88 @@ class TurnRecord:
         return _from_json(cls, doc, source, location)  # type: ignore[return-value]
 
 
+def turn_record(
+    *,
+    traj_id: str,
+    turn: int,
+    step: int,
+    weight_version: int,
+    prefill_worker: str,
+    decode_worker: str | None,
+    roles: tuple[str, ...],
+    context_tokens: int,
+    cached_prefix_tokens: int,
+    decode_tokens: int,
+    t_queued_s: float,
+    t_prefill_start_s: float | None,
+    t_prefill_end_s: float | None,
+    t_kv_start_s: float | None,
+    t_kv_end_s: float | None,
+    t_decode_start_s: float | None,
+    t_decode_end_s: float,
+    new_prefill_tokens: int | None = None,
+    t_env_start_s: float | None = None,
+    t_env_end_s: float | None = None,
+    interrupted: bool = False,
+    resumed: bool = False,
+) -> TurnRecord:
+    """The one constructor of a `TurnRecord`, for both worlds: measured values in, a record
+    that satisfies the schema out.
+
+    Times are put in the schema's order (queued <= prefill start <= prefill end <= [KV start
+    <= KV end] <= decode start <= decode end): each is raised to the one before it, which
+    absorbs clock skew between processes and stale pairs left by retries; a missing prefill
+    start falls back on the decode end, a missing prefill end or decode start on the phase
+    before it, and a KV pair counts only when both ends are known. Tokens: the context
+    counts once (at least one token); without `new_prefill_tokens` the uncached rest of the
+    context is the new prefill; with it (an engine that recomputed, after a preemption
+    under KV pressure or a retry, may report more than the context) the new prefill is
+    capped at the context and the cached prefix at what is left.
+    """
+    context = max(context_tokens, 1)
+    if new_prefill_tokens is None:
+        cached = min(max(0, cached_prefix_tokens), context)
+        new = context - cached
+    else:
+        new = min(max(0, new_prefill_tokens), context)
+        cached = min(max(0, cached_prefix_tokens), context - new)
+    p_start = max(t_decode_end_s if t_prefill_start_s is None else t_prefill_start_s, t_queued_s)
+    p_end = max(p_start if t_prefill_end_s is None else t_prefill_end_s, p_start)
+    kv_start, kv_end = t_kv_start_s, t_kv_end_s
+    last = p_end
+    if kv_start is not None and kv_end is not None:
+        kv_start = max(kv_start, p_end)
+        kv_end = max(kv_end, kv_start)
+        last = kv_end
+    else:
+        kv_start = kv_end = None
+    d_start = max(p_end if t_decode_start_s is None else t_decode_start_s, last)
+    return TurnRecord(
+        traj_id=traj_id,
+        turn=turn,
+        step=step,
+        weight_version=weight_version,
+        prefill_worker=prefill_worker,
+        decode_worker=decode_worker,
+        roles=roles,
+        new_prefill_tokens=new,
+        cached_prefix_tokens=cached,
+        decode_tokens=max(0, decode_tokens),
+        context_tokens=context,
+        t_queued_s=t_queued_s,
+        t_prefill_start_s=p_start,
+        t_prefill_end_s=p_end,
+        t_kv_start_s=kv_start,
+        t_kv_end_s=kv_end,
+        t_decode_start_s=d_start,
+        t_decode_end_s=max(t_decode_end_s, d_start),
+        t_env_start_s=t_env_start_s,
+        t_env_end_s=t_env_end_s,
+        interrupted=interrupted,
+        resumed=resumed,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerStepRecord:
     """One engine iteration of one worker (continuous batching).

@@ -10,8 +10,9 @@ time (its prefill start). It wraps the engine's `scheduler.schedule` on that one
 instance; nothing in the engine changes.
 
 `TelemetrySink` buffers records until the driver collects them (`drain()`), optionally
-sampling steps (`step_every`). `turn_record(...)` builds a `TurnRecord`, clamping the
-timestamps into order: they may come from different machines' clocks (prefill and decode
+sampling steps (`step_every`). `record_turn(...)` builds a turn's `TurnRecord` through the
+one constructor both worlds use (`pearl.control.telemetry.turn_record`), which puts the
+timestamps in order: they may come from different machines' clocks (prefill and decode
 workers), and a skew of a few milliseconds must not make a record invalid.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pearl.control.telemetry import TurnRecord, WorkerStepRecord
+from pearl.control.telemetry import TurnRecord, WorkerStepRecord, turn_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,63 +133,6 @@ class TelemetrySink:
         return turns, steps
 
 
-def turn_record(
-    *,
-    traj_id: str,
-    turn: int,
-    step: int,
-    weight_version: int,
-    prefill_worker: str,
-    decode_worker: str | None,
-    roles: tuple[str, ...],
-    prompt_tokens: int,
-    cached_prefix_tokens: int,
-    decode_tokens: int,
-    t_queued_s: float,
-    t_prefill_start_s: float,
-    t_prefill_end_s: float,
-    t_kv_start_s: float | None,
-    t_kv_end_s: float | None,
-    t_decode_start_s: float,
-    t_decode_end_s: float,
-    interrupted: bool = False,
-    resumed: bool = False,
-) -> TurnRecord:
-    """A `TurnRecord` with timestamps clamped into the schema's order (clock skew)."""
-    cached = min(max(0, cached_prefix_tokens), prompt_tokens)
-    times = [t_queued_s, t_prefill_start_s, t_prefill_end_s]
-    if t_kv_start_s is not None and t_kv_end_s is not None:
-        times += [t_kv_start_s, t_kv_end_s]
-    times += [t_decode_start_s, t_decode_end_s]
-    for i in range(1, len(times)):
-        times[i] = max(times[i], times[i - 1])
-    kv = (times[3], times[4]) if len(times) == 7 else (None, None)
-    return TurnRecord(
-        traj_id=traj_id,
-        turn=turn,
-        step=step,
-        weight_version=weight_version,
-        prefill_worker=prefill_worker,
-        decode_worker=decode_worker,
-        roles=roles,
-        new_prefill_tokens=prompt_tokens - cached,
-        cached_prefix_tokens=cached,
-        decode_tokens=max(0, decode_tokens),
-        context_tokens=prompt_tokens,
-        t_queued_s=times[0],
-        t_prefill_start_s=times[1],
-        t_prefill_end_s=times[2],
-        t_kv_start_s=kv[0],
-        t_kv_end_s=kv[1],
-        t_decode_start_s=times[-2],
-        t_decode_end_s=times[-1],
-        t_env_start_s=None,
-        t_env_end_s=None,
-        interrupted=interrupted,
-        resumed=resumed,
-    )
-
-
 def record_turn(
     *,
     worker_id: str,
@@ -234,7 +178,7 @@ def record_turn(
             prefill_worker=prefill.worker_id,
             decode_worker=worker_id,
             roles=("prefill", "decode"),
-            prompt_tokens=prefill.num_prompt_tokens,
+            context_tokens=prefill.num_prompt_tokens,
             cached_prefix_tokens=prefill.cached_prefix_tokens,
             t_queued_s=prefill.t_queued_s,
             t_prefill_start_s=prefill.t_prefill_start_s,
@@ -249,7 +193,7 @@ def record_turn(
         prefill_worker=worker_id,
         decode_worker=None if role == "prefill" else worker_id,
         roles=(role,),
-        prompt_tokens=len(request.prompt_token_ids),
+        context_tokens=len(request.prompt_token_ids),
         cached_prefix_tokens=cached_prefix_tokens,
         t_queued_s=t_queued_s,
         t_prefill_start_s=t_start_s or t_queued_s,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pearl.control.telemetry import TelemetryMeta, TurnRecord, WorkerStepRecord, write_jsonl
+from pearl.control.telemetry import turn_record as make_turn_record
 from pearl.sim.inference_types import StepStats
 
 
@@ -53,23 +54,9 @@ def turn_record(
     t_env_start_s: float | None,
     t_env_end_s: float | None,
 ) -> TurnRecord:
-    """Freeze a finished turn (missing phase times collapse onto their neighbours)."""
-    p_start = timing.t_prefill_start_s if timing.t_prefill_start_s is not None else t_decode_end_s
-    p_start = max(p_start, timing.t_queued_s)
-    p_end = timing.t_prefill_end_s if timing.t_prefill_end_s is not None else p_start
-    p_end = max(p_end, p_start)
-    kv_start, kv_end = timing.t_kv_start_s, timing.t_kv_end_s
-    if kv_start is not None and kv_end is not None:  # retries can leave stale pairs: order them
-        kv_start = max(kv_start, p_end)
-        kv_end = max(kv_end, kv_start)
-    d_start = timing.t_decode_start_s if timing.t_decode_start_s is not None else p_end
-    d_start = max(d_start, p_end, kv_end or p_end)
-    # Recomputation (preemption under KV pressure, or a retry after an interrupt) can make
-    # the prefill work exceed the context; the schema counts the context once.
-    context = max(timing.context_tokens, 1)
-    new_tokens = min(timing.new_prefill_tokens, context)
-    cached = min(timing.cached_prefix_tokens, context - new_tokens)
-    return TurnRecord(
+    """Freeze a finished turn through the one `TurnRecord` constructor
+    (`pearl.control.telemetry.turn_record`)."""
+    return make_turn_record(
         traj_id=traj_id,
         turn=turn,
         step=step,
@@ -77,17 +64,17 @@ def turn_record(
         prefill_worker=timing.prefill_worker,
         decode_worker=timing.decode_worker,
         roles=timing.roles,
-        new_prefill_tokens=new_tokens,
-        cached_prefix_tokens=cached,
+        context_tokens=timing.context_tokens,
+        new_prefill_tokens=timing.new_prefill_tokens,
+        cached_prefix_tokens=timing.cached_prefix_tokens,
         decode_tokens=decode_tokens,
-        context_tokens=context,
         t_queued_s=timing.t_queued_s,
-        t_prefill_start_s=p_start,
-        t_prefill_end_s=p_end,
-        t_kv_start_s=kv_start,
-        t_kv_end_s=kv_end,
-        t_decode_start_s=d_start,
-        t_decode_end_s=max(t_decode_end_s, d_start),
+        t_prefill_start_s=timing.t_prefill_start_s,
+        t_prefill_end_s=timing.t_prefill_end_s,
+        t_kv_start_s=timing.t_kv_start_s,
+        t_kv_end_s=timing.t_kv_end_s,
+        t_decode_start_s=timing.t_decode_start_s,
+        t_decode_end_s=t_decode_end_s,
         t_env_start_s=t_env_start_s,
         t_env_end_s=t_env_end_s,
         interrupted=timing.interrupted,

@@ -6,6 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pearl.control.telemetry import (
     TelemetryError,
@@ -125,3 +127,52 @@ def test_worker_step_kv_capacity_is_optional_and_checked():
     with pytest.raises(TelemetryError) as err:
         WorkerStepRecord.from_json(doc, source="t.jsonl", location="line 3")
     assert err.value.field == "kv_capacity_tokens" and "t.jsonl:line 3" in str(err.value)
+
+
+_t = st.floats(0.0, 1e4, allow_nan=False, allow_infinity=False)
+_maybe_t = st.one_of(st.none(), _t)
+
+
+@given(
+    times=st.tuples(_t, _maybe_t, _maybe_t, _maybe_t, _maybe_t, _maybe_t, _t),
+    context=st.integers(0, 10_000),
+    new=st.one_of(st.none(), st.integers(0, 20_000)),
+    cached=st.integers(-5, 20_000),
+    decode=st.integers(0, 5_000),
+)
+def test_the_one_turn_record_constructor_always_yields_a_valid_record(
+    times, context, new, cached, decode
+):
+    """Whatever either world measured (skewed clocks, missing phases, recomputed prefill),
+    `turn_record` returns a record the schema accepts: times in order, context counted once."""
+    from pearl.control.telemetry import turn_record
+
+    q, ps, pe, ks, ke, ds, de = times
+    rec = turn_record(
+        traj_id="t",
+        turn=0,
+        step=0,
+        weight_version=0,
+        prefill_worker="w0",
+        decode_worker="w0",
+        roles=("colocated",),
+        context_tokens=context,
+        new_prefill_tokens=new,
+        cached_prefix_tokens=cached,
+        decode_tokens=decode,
+        t_queued_s=q,
+        t_prefill_start_s=ps,
+        t_prefill_end_s=pe,
+        t_kv_start_s=ks,
+        t_kv_end_s=ke,
+        t_decode_start_s=ds,
+        t_decode_end_s=de,
+    )
+    assert rec.t_queued_s <= rec.t_prefill_start_s <= rec.t_prefill_end_s
+    assert rec.t_prefill_end_s <= rec.t_decode_start_s <= rec.t_decode_end_s
+    assert (rec.t_kv_start_s is None) == (rec.t_kv_end_s is None)
+    assert rec.new_prefill_tokens + rec.cached_prefix_tokens <= rec.context_tokens
+    assert rec.context_tokens == max(context, 1)
+    if new is None:
+        assert rec.new_prefill_tokens + rec.cached_prefix_tokens == rec.context_tokens
+    assert TurnRecord.from_json(rec.to_json()) == rec
