@@ -93,8 +93,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON doc."),
     ) -> None:
         """Train a policy with elastic, PD-adaptive rollout; write a run directory and report."""
+        from pearl.report.rundir import CONFIG_FILE, REPORT_FILE, check_out_dir
         from pearl.runtime.run_config import load_run_config
-        from pearl.runtime.rundir import CONFIG_FILE, REPORT_FILE, check_out_dir
 
         if resume is not None:
             if config is not None or out is not None:

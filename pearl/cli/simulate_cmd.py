@@ -142,7 +142,9 @@ def register(app: typer.Typer) -> None:
         ),
         config: Path = typer.Option(None, "--config", help="YAML config (see docs/simulator.md)."),
         out: Path = typer.Option(
-            None, "--out", help="Write telemetry.jsonl, decisions.jsonl, summary.json, config.yaml."
+            None,
+            "--out",
+            help="Write one run directory per policy (the format of pearl run, with its report), summary.json and config.yaml.",
         ),
         no_bound: bool = typer.Option(False, "--no-bound", help="Skip the upper bound."),
         jobs: int = typer.Option(

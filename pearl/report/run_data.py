@@ -1,10 +1,9 @@
 """A run directory read back: states, decisions, events, steps and summary, plus the figures
 derived from them (per-step throughput, makespan-prediction error, event counts).
 
-Reads what `pearl.runtime.rundir.RunRecorder` writes. Every file is optional and read
-leniently: a malformed line (e.g. one cut short by a crash) is skipped and counted. A
-simulator output folder (telemetry.jsonl, decisions.jsonl, summary.json, config.yaml) gets
-per-step makespans derived from its telemetry. Steps recorded twice (a resumed run redoes
+Reads what `pearl.report.rundir.RunRecorder` writes, for `pearl run` and `pearl simulate`
+alike (one format, no branch per world). Every file is optional and read leniently: a
+malformed line (e.g. one cut short by a crash) is skipped and counted. Steps recorded twice (a resumed run redoes
 the steps after its last checkpoint) count once: the last line of each step wins.
 """
 
@@ -40,7 +39,7 @@ class RunData:
     steps: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     skipped_lines: dict[str, int] = field(default_factory=dict)
-    has_events: bool = False  # events.jsonl exists (a simulator folder has none)
+    has_events: bool = False  # events.jsonl exists (a run with no event has none)
 
     def end_s(self) -> float:
         """The latest time any record mentions (0 if none)."""
@@ -83,28 +82,6 @@ def _read_jsonl(path: Path, data: RunData) -> list[dict[str, Any]]:
     return out
 
 
-def _steps_from_telemetry(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rollout step: measured makespan (first queue to last turn end) and trajectories."""
-    by_step: dict[int, list[dict[str, Any]]] = {}
-    for t in turns:
-        if t.get("kind") == "turn" and isinstance(t.get("step"), int):
-            by_step.setdefault(t["step"], []).append(t)
-    out = []
-    for step, ts in sorted(by_step.items()):
-        starts = [x for x in (num(t.get("t_queued_s")) for t in ts) if x is not None]
-        ends = [
-            x
-            for x in (num(t.get("t_env_end_s")) or num(t.get("t_decode_end_s")) for t in ts)
-            if x is not None
-        ]
-        doc: dict[str, Any] = {"step": step, "trajectories": len({t.get("traj_id") for t in ts})}
-        if starts and ends:
-            doc["rollout_makespan_s"] = max(ends) - min(starts)
-            doc["t_s"] = max(ends)
-        out.append(doc)
-    return out
-
-
 def load_run(run_dir: Path) -> RunData:
     """Read a run directory leniently (see the module docstring)."""
     d = Path(run_dir)
@@ -129,14 +106,12 @@ def load_run(run_dir: Path) -> RunData:
         e for e in _read_jsonl(d / "events.jsonl", data) if isinstance(e.get("kind"), str)
     ]
     steps = _read_jsonl(d / "steps.jsonl", data)
-    if not steps and (d / "telemetry.jsonl").is_file():
-        steps = _steps_from_telemetry(_read_jsonl(d / "telemetry.jsonl", data))
     last: dict[int, dict[str, Any]] = {}
     for s in steps:
         if isinstance(s.get("step"), int):
             last[s["step"]] = s  # a resumed run's redo of a step replaces the first try
     data.steps = [last[k] for k in sorted(last)]
-    for name in ("metrics.json", "summary.json"):
+    for name in ("metrics.json",):
         p = d / name
         if p.is_file() and not data.summary:
             try:

@@ -96,7 +96,7 @@ class RunDriver:
 
     # -- set-up ---------------------------------------------------------------------------
     async def main(self) -> dict[str, Any]:
-        from pearl.runtime.rundir import RunRecorder
+        from pearl.report.rundir import RunRecorder
 
         cfg = self.cfg
         # bad input is refused before anything is started or written

@@ -19,10 +19,10 @@ from pearl.control.controller import Controller
 from pearl.control.makespan import predict
 from pearl.control.plan import config_of
 from pearl.control.state import Gpu, Status
+from pearl.report.rundir import RunRecorder
 from pearl.runtime.lending import TrainingLending
 from pearl.runtime.run_checkpoint import read_checkpoint, write_checkpoint
 from pearl.runtime.run_config import RunConfig
-from pearl.runtime.rundir import RunRecorder
 from pearl.runtime.trajectory import RuntimeTrajectory
 
 if TYPE_CHECKING:

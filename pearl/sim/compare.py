@@ -26,7 +26,7 @@ from pearl.sim.bound import (
 )
 from pearl.sim.config import SimConfig, dump_config
 from pearl.sim.runner import PolicyRun, Progress, run_policy, trace_actions
-from pearl.sim.telemetry_out import rounded, safe_name, write_outputs
+from pearl.sim.telemetry_out import rounded, safe_name, write_run_dir
 
 
 @dataclass
@@ -58,8 +58,9 @@ class SimulationResult:
         }
 
     def write(self, out_dir: Path) -> list[Path]:
-        """Per policy: <out>/<policy>/{telemetry,decisions}.jsonl, summary.json, config.yaml;
-        plus <out>/summary.json (all policies) and <out>/config.yaml."""
+        """Per policy: <out>/<policy>/, a run directory in the format `pearl run` writes
+        (`pearl.report.rundir`: states, decisions, events, telemetry, steps, metrics.json,
+        report.md); plus <out>/summary.json (all policies) and <out>/config.yaml."""
         out_dir.mkdir(parents=True, exist_ok=True)
         paths: list[Path] = []
         meta = TelemetryMeta(
@@ -67,15 +68,19 @@ class SimulationResult:
         )
         cfg_yaml = dump_config(self.cfg)
         for r in self.runs:
-            paths += write_outputs(
-                out_dir / safe_name(r.name),
+            d = out_dir / safe_name(r.name)
+            write_run_dir(
+                d,
                 turns=r.turns,
                 worker_steps=r.worker_steps,
                 meta=meta,
+                history=r.log.history,
+                commands=r.log.command_log,
                 decisions=r.decisions,
-                summary=rounded(r.summary),
+                summary={"policy": r.name, **rounded(r.summary)},
                 config_yaml=cfg_yaml,
             )
+            paths += sorted(p for p in d.iterdir() if p.is_file())
         import json
 
         top = out_dir / "summary.json"

@@ -10,15 +10,17 @@ its *mean iteration* (batch size, tokens and time per iteration), a representati
 
 from __future__ import annotations
 
-import json
+import shutil
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pearl.control.state import ClusterState
 from pearl.control.telemetry import TelemetryMeta, TurnRecord, WorkerStepRecord, write_jsonl
 from pearl.control.telemetry import turn_record as make_turn_record
+from pearl.report.rundir import TELEMETRY_FILE, RunRecorder, is_run_dir
 from pearl.sim.inference_types import StepStats
 
 
@@ -104,39 +106,94 @@ def worker_step_record(
     )
 
 
-def write_outputs(
+def write_run_dir(
     out_dir: Path,
     *,
     turns: Iterable[TurnRecord],
     worker_steps: Iterable[WorkerStepRecord],
     meta: TelemetryMeta,
+    history: Iterable[tuple[float, ClusterState]],
+    commands: Iterable[tuple[float, Any]],
     decisions: Iterable[dict[str, Any]],
     summary: dict[str, Any],
     config_yaml: str,
-    prefix: str = "",
-) -> list[Path]:
-    """Write telemetry.jsonl, decisions.jsonl, summary.json and config.yaml under `out_dir`.
+) -> Path:
+    """One policy's simulation as a run directory in the format `pearl run` writes
+    (`pearl.report.rundir`): config, states, decisions, events, telemetry, per-rollout-step
+    metrics, then metrics.json and the report. Returns the report's path.
 
-    `prefix` (e.g. "pearl.") distinguishes the files of several policies in one folder.
-    """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    tel = out_dir / f"{prefix}telemetry.jsonl"
-    with tel.open("w") as fh:
+    A directory holding an earlier simulation's run directory is replaced; any other
+    non-empty directory is refused (`InputError`), as `pearl run` does."""
+    if out_dir.exists() and is_run_dir(out_dir) and (out_dir / SIM_MARK).is_file():
+        shutil.rmtree(out_dir)
+    turns = list(turns)
+    rec = RunRecorder(out_dir, config_yaml)
+    (out_dir / SIM_MARK).write_text("written by pearl simulate\n")
+    for t, state in history:
+        rec.record_state(t, state)
+    for d in decisions:
+        rec.record_decision(_doc_time(d), d)
+    for t, c in commands:
+        kind = _event_kind(c)
+        if kind is not None:
+            rec.record_event(t, kind, type(c).__name__, **as_doc(c))
+    with (out_dir / TELEMETRY_FILE).open("w") as fh:
         write_jsonl(fh, [*turns, *worker_steps], meta)
-    paths.append(tel)
-    dec = out_dir / f"{prefix}decisions.jsonl"
-    with dec.open("w") as fh:
-        for d in decisions:
-            fh.write(json.dumps(d, separators=(",", ":"), default=str) + "\n")
-    paths.append(dec)
-    summ = out_dir / "summary.json"
-    summ.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    paths.append(summ)
-    cfg = out_dir / "config.yaml"
-    cfg.write_text(config_yaml)
-    paths.append(cfg)
-    return paths
+    for doc in rollout_steps(turns):
+        rec.record_step(doc.pop("step"), doc)
+    return rec.finish(summary)
+
+
+def _doc_time(doc: dict[str, Any]) -> float:
+    """A decision doc's time: its `t_s`, or the "t=12.345:" its text starts with."""
+    t = doc.get("t_s")
+    if isinstance(t, (int, float)):
+        return float(t)
+    text = str(doc.get("value", ""))
+    if text.startswith("t=") and ":" in text:
+        try:
+            return float(text[2 : text.index(":")])
+        except ValueError:
+            pass
+    return 0.0
+
+
+SIM_MARK = ".pearl-simulate"  # marks a run directory `pearl simulate` may replace
+
+
+def _event_kind(c: Any) -> str | None:
+    """The report's event kind of a command (None: not an elasticity event)."""
+    name = type(c).__name__
+    if name == "OffloadTraining":
+        return "borrow"
+    if name == "ReleaseGpus":
+        return "return" if getattr(c, "to", "") == "training" else "preemption"
+    if name == "AdmitGroup" and str(getattr(c, "group_id", "")).startswith("expand"):
+        return "expansion"
+    if name == "Interrupt":
+        return "interrupt"
+    return None
+
+
+def rollout_steps(turns: Iterable[TurnRecord]) -> list[dict[str, Any]]:
+    """Per rollout step: its trajectories and measured makespan (first queue to the last
+    turn's end, environment step included), the series the report plots."""
+    by_step: dict[int, list[TurnRecord]] = {}
+    for t in turns:
+        by_step.setdefault(t.step, []).append(t)
+    out = []
+    for step, ts in sorted(by_step.items()):
+        start = min(t.t_queued_s for t in ts)
+        end = max(t.t_env_end_s if t.t_env_end_s is not None else t.t_decode_end_s for t in ts)
+        out.append(
+            {
+                "step": step,
+                "trajectories": len({t.traj_id for t in ts}),
+                "rollout_makespan_s": end - start,
+                "t_s": end,
+            }
+        )
+    return out
 
 
 # -- run summaries and decision logs ---------------------------------------------------------

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 import pearl.runtime
 from pearl.cli.main import app
+from pearl.report.rundir import RunRecorder
 from pearl.runtime.live import LiveView
 from pearl.runtime.run_config import RunConfig, dump_run_config
-from pearl.runtime.rundir import RunRecorder
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

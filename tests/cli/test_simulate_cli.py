@@ -29,7 +29,8 @@ def test_simulate_json_is_one_document_with_each_policy() -> None:
 
 
 def test_simulate_out_writes_telemetry_decisions_summary_config(tmp_path: Path) -> None:
-    """--out writes the shared telemetry schema, decisions, summary and the config used."""
+    """--out writes, per policy, a run directory (the shared telemetry schema, decisions,
+    states, steps, metrics and report), plus the summary and the config used."""
     out = tmp_path / "run"
     res = runner.invoke(
         app, ["simulate", *SMALL, "--policies", "fixed:colocated", "--out", str(out), "--json"]
@@ -46,6 +47,21 @@ def test_simulate_out_writes_telemetry_decisions_summary_config(tmp_path: Path) 
     cfg = load_config(out / "config.yaml")
     assert cfg.rollout.batch_size == 8 and cfg.trace.static_gpus == 2
     assert yaml.safe_load((out / "config.yaml").read_text())["seed"] == 0
+    # Each policy's folder is a run directory in `pearl run`'s format, with its report.
+    from pearl.report.run_data import load_run
+    from pearl.report.rundir import is_run_dir
+
+    pol = out / "fixed_colocated"
+    assert is_run_dir(pol) and (pol / "report.md").is_file() and (pol / "metrics.json").is_file()
+    run = load_run(pol)
+    assert run.states and run.steps and run.summary["policy"] == "fixed:colocated"
+    assert all(s["rollout_makespan_s"] > 0 and s["trajectories"] == 8 for s in run.steps)
+    assert "## Makespan prediction" in (pol / "report.md").read_text()
+    # Writing again into the same --out replaces the earlier simulation's folders.
+    res = runner.invoke(
+        app, ["simulate", *SMALL, "--policies", "fixed:colocated", "--out", str(out), "--json"]
+    )
+    assert res.exit_code == 0, res.output
 
 
 def test_bad_policy_is_one_line_exit_2() -> None:

@@ -1,13 +1,12 @@
 """The run report: report.md content and the PNGs, from synthetic run directories."""
 
-import json
 import statistics
 from pathlib import Path
 
 from pearl.control.plan import PDConfig, apply, plan_transition
 from pearl.control.state import ClusterState, Gpu, Status, Zone
 from pearl.report.run_report import build_report, load_run, render_markdown, run_metrics
-from pearl.runtime.rundir import RunRecorder
+from pearl.report.rundir import RunRecorder
 
 PNG = b"\x89PNG\r\n\x1a\n"
 CONFIG = """seed: 7
@@ -125,37 +124,6 @@ def test_torn_and_bad_lines_are_skipped_and_reported(tmp_path):
     run = load_run(out)
     assert run.skipped_lines == {"events.jsonl": 1, "states.jsonl": 1}
     assert "Skipped unreadable lines: events.jsonl: 1, states.jsonl: 1" in render_markdown(run, {})
-
-
-def test_simulator_style_directory_gets_steps_from_telemetry(tmp_path):
-    """No steps.jsonl: per-step makespan is first queue to last turn end, from telemetry."""
-    out = tmp_path / "sim"
-    out.mkdir()
-    turns = []
-    for step, (t0, t1) in enumerate([(0.0, 5.0), (5.0, 12.0)]):
-        for k in range(3):
-            turns.append(
-                {"kind": "turn", "traj_id": f"s{step}t{k}", "step": step, "t_queued_s": t0 + k,
-                 "t_decode_end_s": t1 - 1.0, "t_env_end_s": t1 if k == 2 else None}
-            )  # fmt: skip
-    (out / "telemetry.jsonl").write_text("".join(json.dumps(t) + "\n" for t in turns))
-    (out / "summary.json").write_text(json.dumps({"trajectories": 6, "policy": "pearl"}))
-    (out / "decisions.jsonl").write_text(
-        json.dumps({"kind": "decision", "value": "t=1.000: expand: -> colocated:3 (gain)"})
-        + "\n"
-        + json.dumps({"kind": "command", "t_s": 1.0, "command": "InitWorker"})
-        + "\n"
-    )
-    run = load_run(out)
-    assert [(s["step"], s["rollout_makespan_s"], s["trajectories"]) for s in run.steps] == [
-        (0, 5.0, 3),
-        (1, 7.0, 3),
-    ]
-    text = render_markdown(run, {})
-    assert "- trajectories: 6" in text and "No step has both a predicted" in text
-    assert "- t=1.000: expand: -> colocated:3 (gain)" in text and "InitWorker" not in text
-    assert "1 decision(s). (1 command(s) also" in text
-    assert "No events.jsonl" in text and "- preemptions:" not in text
 
 
 def test_empty_directory_still_gives_a_report(tmp_path):

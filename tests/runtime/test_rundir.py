@@ -15,7 +15,7 @@ from pearl.control.plan import PDConfig, apply, plan_transition
 from pearl.control.state import ClusterState, Gpu, Status, Zone
 from pearl.control.telemetry import TurnRecord, WorkerStepRecord, read_jsonl
 from pearl.errors import InputError
-from pearl.runtime.rundir import RunRecorder, check_out_dir
+from pearl.report.rundir import RunRecorder, check_out_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,7 +147,7 @@ def test_records_survive_a_hard_crash(tmp_path):
     code = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from pearl.runtime.rundir import RunRecorder\n"
+        "from pearl.report.rundir import RunRecorder\n"
         "r = RunRecorder(Path(sys.argv[1]), 'x: 1\\n')\n"
         "for i in range(5):\n"
         "    r.record_step(i, {'reward_mean': i / 10})\n"

@@ -212,3 +212,25 @@ def test_reroute_of_a_request_that_moved_on_supersedes_it(seed: int) -> None:
     for t in run.controller.book:  # whatever the book has in flight, the world has too
         if t.state.value in ("prefill", "kv_transfer", "decode"):
             assert run.world.trajs[t.traj_id].route is not None, t.traj_id
+
+
+def test_rollout_steps_span_first_queue_to_last_turn_end():
+    """A simulated run directory's per-step makespan: first queue to the last turn's end
+    (its environment step included when it has one), with its trajectories counted."""
+    from pearl.control.telemetry import turn_record
+    from pearl.sim.telemetry_out import rollout_steps
+
+    def rec(step, k, t0, t1, env_end):
+        return turn_record(
+            traj_id=f"s{step}t{k}", turn=0, step=step, weight_version=0, prefill_worker="w",
+            decode_worker="w", roles=("colocated",), context_tokens=10, cached_prefix_tokens=0,
+            decode_tokens=1, t_queued_s=t0 + k, t_prefill_start_s=t0 + k,
+            t_prefill_end_s=t0 + k, t_kv_start_s=None, t_kv_end_s=None,
+            t_decode_start_s=t0 + k, t_decode_end_s=t1 - 1.0,
+            t_env_start_s=None if env_end is None else t1 - 1.0,
+            t_env_end_s=env_end,
+        )  # fmt: skip
+
+    turns = [rec(s, k, t0, t1, t1 if k == 2 else None) for s, (t0, t1) in enumerate([(0.0, 5.0), (5.0, 12.0)]) for k in range(3)]  # fmt: skip
+    got = [(d["step"], d["rollout_makespan_s"], d["trajectories"]) for d in rollout_steps(turns)]
+    assert got == [(0, 5.0, 3), (1, 7.0, 3)]

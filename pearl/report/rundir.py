@@ -1,4 +1,6 @@
-"""The run directory of `pearl run`: everything a run records, one JSON object per line.
+"""The run directory, one format for both worlds: everything a run records, one JSON object
+per line. `pearl run` appends to it as the run goes; `pearl simulate --out` writes one per
+policy when the simulation ends (`pearl.sim.telemetry_out.write_run_dir`).
 
 Layout (all under `out_dir`)::
 
@@ -7,7 +9,7 @@ Layout (all under `out_dir`)::
     decisions.jsonl   {"t_s", ...decision doc} (kind, chosen config, reason, candidates)
     events.jsonl      {"t_s", "kind", "reason", ...detail}: preemptions, borrows, PD switches
     telemetry.jsonl   TurnRecord / WorkerStepRecord lines (the shared telemetry schema)
-    steps.jsonl       {"step", ...metrics} per training step
+    steps.jsonl       {"step", ...metrics} per training step (the simulator: per rollout step)
     metrics.json      summary + per-step series (written by `finish`)
     report.md, *.png  the report (written by `finish` through pearl.report.run_report)
 
