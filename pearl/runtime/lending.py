@@ -22,16 +22,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
 
 
 class _Slots(Protocol):
     """What lending needs of the worker component (`RayWorkers`)."""
 
-    device_free: dict[str, Any]
+    device_free: dict[str, ObjectRef]
 
     def parks_pending(self, slots: tuple[str, ...]) -> list[asyncio.Future]: ...
 
@@ -44,7 +48,7 @@ class TrainingLending:
     def __init__(
         self,
         *,
-        trainer: Any,
+        trainer: ActorHandle,
         slots: _Slots,
         emit: Callable[[Any], None],
         now: Callable[[], float],
@@ -67,7 +71,7 @@ class TrainingLending:
     # -- commands ------------------------------------------------------------------------------
     def offload(self, c: cmd.OffloadTraining) -> None:
         self.lent |= set(c.gpu_ids)
-        released = self.trainer.release.remote()
+        released: ObjectRef = self.trainer.release.remote()
         for g in c.gpu_ids:  # a borrowed worker there starts once the trainer is off
             self.slots.device_free[g] = released
         self.note("borrow", self.last_decision("borrow"), gpus=list(c.gpu_ids))
@@ -119,7 +123,7 @@ class TrainingLending:
     def _restore_trainer(self, gpu_ids: tuple[str, ...]) -> None:
         """Ask the trainer to restore its device state; when it has, tell the controller
         (`TrainingRestored`: it measures the return's cost from it)."""
-        done = self.trainer.restore.remote()
+        done: ObjectRef = self.trainer.restore.remote()
 
         async def report() -> None:
             try:

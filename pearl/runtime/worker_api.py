@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pearl.runtime.engine import LLMEngine
 
 from pearl.control.telemetry import TurnRecord
 from pearl.runtime.engine import ModelConfig, SamplingParams
@@ -45,7 +48,7 @@ class EngineSpec:
     torch_threads: int = 1
     start_released: bool = False  # nothing on the device until the worker is activated
 
-    def build(self) -> Any:
+    def build(self) -> LLMEngine:
         import torch
 
         from pearl.runtime.engine import LLMEngine

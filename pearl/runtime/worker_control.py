@@ -151,7 +151,7 @@ class WorkerControl:
         weights = await asyncio.to_thread(fetch_weights, snap) if snap is not None else None
         engine = self.core.engine
         async with self.core.lock:
-            if snap is not None and snap.version >= engine.weight_version:
+            if snap is not None and weights is not None and snap.version >= engine.weight_version:
                 await asyncio.to_thread(engine.load_weights, weights, snap.version)
             elif snap is None and not engine.is_released:
                 await asyncio.to_thread(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pearl.control.state import Role
 from pearl.runtime.kv_transfer import Transport
@@ -27,6 +27,9 @@ from pearl.runtime.worker_api import (
     TurnRequest,
     TurnResult,
 )
+
+if TYPE_CHECKING:
+    from pearl.runtime.engine import LLMEngine
 
 
 @dataclass
@@ -51,7 +54,7 @@ class WorkerCore:
 
     worker_id: str
     role: Role
-    engine: Any  # the engine an `EngineSpec` builds (pearl.runtime.engine.LLMEngine)
+    engine: LLMEngine
     transport: Transport
     probe: StepProbe
     sink: TelemetrySink

@@ -317,7 +317,7 @@ class RayWorld:
                 )
             if not prefill.needs_decode:
                 return prefill.as_turn_result()
-        stream = dec_h.serve.options(num_returns="streaming").remote(req, prefill)
+        stream: Any = dec_h.serve.options(num_returns="streaming").remote(req, prefill)
         res = await collect_turn(stream, req, dec_id, prefill=prefill)
         if res.finish_reason == KV_LOST and prefill is not None:
             return dataclasses.replace(

@@ -19,13 +19,17 @@ import random
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.runtime.parking import ParkingLot, settled
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.worker_api import EngineSpec
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +60,12 @@ class RayWorkers:
         self.rng = rng
         self.counters = counters
         self.spawn = spawn
-        self.workers: dict[str, Any] = {}  # worker id -> its actor handle
+        self.workers: dict[str, ActorHandle] = {}  # worker id -> its actor handle
         self.starting: set[str] = set()  # InitWorker executed, not ready/failed/stopped yet
         self.slots_of: dict[str, tuple[str, ...]] = {}
         # slot -> the trainer's release call (ObjectRef) a worker there must wait for
-        self.device_free: dict[str, Any] = {}
-        self.activating: dict[str, Any] = {}  # worker id -> its activate_as call in flight
+        self.device_free: dict[str, ObjectRef] = {}
+        self.activating: dict[str, ObjectRef] = {}  # worker id -> its activate_as call in flight
         self.lot = ParkingLot(
             training_slots,
             enabled=cfg.cluster.park_borrowed_workers,

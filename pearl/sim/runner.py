@@ -102,7 +102,7 @@ class PolicyRun:
     step_end_times_s: list[float]
     traj_done_times_s: list[float]
     world: World | None = None
-    controller: Any = None
+    controller: Controller | None = None
 
     def slim(self) -> PolicyRun:
         """A picklable copy without the live world and controller."""
