@@ -12,26 +12,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pearl.control.policies.base import BorrowMode, Policy
+from pearl.control.policies.roll import Roll
 
 
 @dataclass(frozen=True, slots=True)
-class FixedColocated(Policy):
+class FixedColocated(Roll):
+    """ROLL's knobs (no elasticity, colocated) under a static baseline's name."""
+
     name: str = "fixed:colocated"
-    use_preemptible: bool = False
-    gate_expansion: bool = False
-    borrow: BorrowMode = "never"
-    adapt_pd: bool = False
-    modes: tuple[str, ...] = ("colocated",)
 
 
 @dataclass(frozen=True, slots=True)
-class FixedDisagg(Policy):
+class FixedDisagg(Roll):
+    """ROLL's knobs with a fixed P:D split instead of colocation."""
+
     name: str = "fixed:disagg:1:1"
-    use_preemptible: bool = False
-    gate_expansion: bool = False
-    borrow: BorrowMode = "never"
-    adapt_pd: bool = False
     modes: tuple[str, ...] = ("disaggregated",)
     fixed_ratio: tuple[int, int] | None = (1, 1)
 
