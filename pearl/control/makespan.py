@@ -16,7 +16,7 @@ profile's size B_obs; for a batch of B its excess over the mean trajectory is sc
   with `r = W*H_max / (B*K_seq)` the room of the caches of the W workers that prefill (all
   N colocated, the p prefill workers) over the batch's working set: a cache too small for
   the batch's contexts evicts them (LRU over a larger working set mostly misses), and
-  evicted prefixes are prefilled again (paper-notes §6.1). `c_mode` (colocated and
+  evicted prefixes are prefilled again (paper §6.1). `c_mode` (colocated and
   disaggregated apart) is fitted by the tracker from observed hit shares; KV of a turn
   `t_kv = lat + K*kv_bytes*s`;
 * decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, S)`:

@@ -280,7 +280,7 @@ def _cache_hit_coeff(
     hardware: HardwarePrior,
     kv_capacity_tokens: float = 0.0,
 ) -> tuple[str, float] | None:
-    """Fit the prefix-cache hit curve of the step's mode (paper-notes §6.1), or None.
+    """Fit the prefix-cache hit curve of the step's mode (paper §6.1), or None.
 
     The makespan model predicts the share of the reusable prefix that caches serve as
     `h = depth * (1 - exp(-c * r^2))` (`depth`: `_prefix_hit_depth`), where `r = W * H_max / (B * K_seq)` is the cache room of the W

@@ -1,4 +1,4 @@
-"""Calibration of the simulated world against the paper's workload facts (paper-notes.md).
+"""Calibration of the simulated world against the paper's workload facts (docs/simulator-model.md).
 
 Two checks, both computed by the same physics the simulator runs (`InferenceWorker` on
 `WorkerHardware`, trajectories from `TrajectorySampler`), never by a separate formula:

@@ -92,7 +92,7 @@ class TrainerConfig(_Model):
     over the whole step (attention over long contexts, activation recomputation, gradient
     and weight communication, packing waste), calibrated so that the default workload's
     batch of 64 trajectories (mean final context ~27.4K tokens, so ~1.75M tokens) takes about
-    164 s for Qwen3-8B on 16 H100s, the paper's figure (paper-notes.md): 20 s + 145 s.
+    164 s for Qwen3-8B on 16 H100s, the paper's figure (docs/simulator-model.md): 20 s + 145 s.
     """
 
     flops_per_token_factor: float = Field(

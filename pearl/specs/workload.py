@@ -6,8 +6,8 @@ some latency) and returns an observation (observation tokens) that, with a small
 template, is appended to the context of the next turn. The trajectory ends at its turn
 count or when the context reaches `context_cap_tokens` (the length limit ends it).
 
-Defaults come from `shared/data/workload.md` (public SWE RL recipes), adjusted where they
-disagree with the calibration facts in `shared/paper-notes.md` (those win); every choice
+Defaults come from public SWE RL recipes (sources in docs/simulator-model.md), adjusted where they
+disagree with the paper's calibration facts (docs/simulator-model.md; those win); every choice
 and its reason is written down in `docs/simulator-model.md`. All fields are overridable
 (e.g. from the simulator config's `rollout.workload` mapping, see `workload_from_dict`).
 """

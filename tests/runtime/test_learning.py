@@ -1,4 +1,4 @@
-"""The learnable task really learns under GRPO with our engine and trainer (issue 7)."""
+"""The learnable task really learns under GRPO with our engine and trainer."""
 
 import pytest
 import torch

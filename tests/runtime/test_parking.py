@@ -1,4 +1,4 @@
-"""Parked overlap workers (paper §4.6, §5; issue 7): borrow by activation, not by start.
+"""Parked overlap workers (paper §4.6, §5): borrow by activation, not by start.
 
 One local Ray cluster for the module (a node with two training slots). Checked on a real
 worker actor: park interrupts a turn in flight (its generated prefix comes back), releases

@@ -72,7 +72,7 @@ def test_bad_overrides_name_the_field():
 
 def test_calibration_critical_path_of_a_batch_is_about_216_s():
     """Qwen3-8B on H100, batch 64, unlimited pool: the longest trajectory takes ~216 s
-    (paper-notes.md calibration fact); env time and decode share the critical path."""
+    (the paper's calibration fact, docs/simulator-model.md); env time and decode share the critical path."""
     hw = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"))
     paths = [critical_path(TrajectorySampler(WorkloadSpec(), s).batch(64), hw) for s in range(4)]
     mean = statistics.fmean(p.makespan_s for p in paths)

@@ -1,4 +1,4 @@
-"""The bundled segments: two hours each, 0-12 GPUs, and they differ as issue 2 asks."""
+"""The bundled segments: two hours each, 0-12 GPUs, and they differ from each other."""
 
 from __future__ import annotations
 

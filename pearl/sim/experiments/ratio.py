@@ -2,7 +2,7 @@
 one found by brute-force simulation, at several budgets, with and without borrowed GPUs.
 
 "With borrowing" adds `borrowed` GPUs to the budget: a quarter of the 16 training GPUs by
-default, about the share of time they idle in the paper's setting (paper-notes.md).
+default, about the share of time they idle in the paper's setting (docs/simulator-model.md).
 """
 
 from __future__ import annotations
