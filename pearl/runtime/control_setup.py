@@ -7,12 +7,11 @@ seeded from `controller.switch_costs`) and the controller over the dedicated slo
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from pearl.control.controller import Controller
-from pearl.control.decision import DecisionConfig
 from pearl.control.gates import SwitchCosts, SwitchCostTracker
+from pearl.control.knobs import apply_knobs, decision_config
 from pearl.control.policies import get_policy
 from pearl.control.policies.base import Policy
 from pearl.control.state import ClusterState, Gpu, Zone
@@ -22,13 +21,9 @@ from pearl.runtime.run_config import RunConfig
 
 def configured_policy(cfg: RunConfig) -> Policy:
     """The named policy with the run's staleness bound, modes and routing bound."""
-    c = cfg.controller
-    policy = dataclasses.replace(get_policy(c.policy), max_staleness=cfg.rollout.max_staleness)
-    if c.modes is not None:
-        policy = dataclasses.replace(policy, modes=tuple(c.modes))
-    if c.sticky_max_imbalance is not None:
-        policy = dataclasses.replace(policy, sticky_max_imbalance=c.sticky_max_imbalance)
-    return policy
+    return apply_knobs(
+        get_policy(cfg.controller.policy), cfg.controller, max_staleness=cfg.rollout.max_staleness
+    )
 
 
 def build_controller(
@@ -45,11 +40,7 @@ def build_controller(
         batch_size=cfg.rollout.batch_size,
         gpus_per_worker=cfg.cluster.gpus_per_worker,
         costs=costs,
-        engine_config=DecisionConfig(
-            mode_switch_threshold=cfg.controller.mode_switch_threshold,
-            ratio_switch_threshold=cfg.controller.ratio_switch_threshold,
-            num_gpus_per_worker=cfg.cluster.gpus_per_worker,
-        ),
+        engine_config=decision_config(cfg.controller, gpus_per_worker=cfg.cluster.gpus_per_worker),
     )
     dedicated = tuple(
         Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated)

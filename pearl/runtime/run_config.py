@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pearl.configio import dump_yaml_model, load_yaml_model
+from pearl.control.knobs import ControllerKnobs
 
 
 class _M(BaseModel):
@@ -121,8 +122,9 @@ class TraceSection(_M):
     )
 
 
-class ControllerSection(_M):
-    """The policy that drives the controller."""
+class ControllerSection(ControllerKnobs):
+    """The policy that drives the controller, plus the knobs both worlds share
+    (`pearl.control.knobs.ControllerKnobs`: modes, routing bound, hysteresis)."""
 
     policy: str = Field(
         "pearl", description="pearl, roll, rlboost+, or an ablation name (docs/baselines.md)."
@@ -132,31 +134,6 @@ class ControllerSection(_M):
         description="Priors of the switch-cost EMAs the cost gates start from, in seconds "
         "(expansion_prep_s, expansion_finalize_s, activation_s, deactivation_s); the "
         "defaults are the paper's GPU measurements.",
-    )
-    modes: list[str] | None = Field(
-        None,
-        description="PD modes the decision engine may choose (colocated, disaggregated); "
-        "None: those the policy allows. Restricting them keeps the engine's choice of size "
-        "and ratio within the allowed modes.",
-    )
-    sticky_max_imbalance: int | None = Field(
-        None,
-        ge=0,
-        description="Routing: a trajectory leaves the worker holding its prefix when that "
-        "worker has more than this many requests above the least-loaded one (None: always "
-        "sticky).",
-    )
-    mode_switch_threshold: float = Field(
-        0.10,
-        ge=0,
-        lt=1,
-        description="Hysteresis: predicted relative makespan saving a PD mode change needs.",
-    )
-    ratio_switch_threshold: float = Field(
-        0.03,
-        ge=0,
-        lt=1,
-        description="Hysteresis: saving a P:D ratio change within a mode needs (<= the mode's).",
     )
 
     @model_validator(mode="after")
@@ -168,14 +145,6 @@ class ControllerSection(_M):
                 f"policy '{self.policy}' is a simulation baseline (a fixed pool at the trace's "
                 "mean); on a cluster run 'roll' with cluster.num_dedicated set to that pool"
             )
-        if self.modes is not None:
-            bad = [m for m in self.modes if m not in ("colocated", "disaggregated")]
-            if bad or not self.modes:
-                raise ValueError(
-                    f"modes must be a non-empty list of colocated, disaggregated (got {self.modes})"
-                )
-        if self.ratio_switch_threshold > self.mode_switch_threshold:
-            raise ValueError("ratio_switch_threshold must be <= mode_switch_threshold")
         known = {"expansion_prep_s", "expansion_finalize_s", "activation_s", "deactivation_s"}
         for key, value in self.switch_costs.items():
             if key not in known:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pearl.control.knobs import ControllerKnobs
 from pearl.errors import InputError
 
 if TYPE_CHECKING:
@@ -200,6 +201,11 @@ class SimConfig(_Model):
     costs: CostConfig = Field(default_factory=CostConfig, description="Reconfiguration costs.")
     trace: TraceConfig = Field(default_factory=TraceConfig, description="GPU availability.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout batch.")
+    controller: ControllerKnobs = Field(
+        default_factory=ControllerKnobs,
+        description="Controller knobs, the section `pearl run` configs share (modes, routing "
+        "bound, hysteresis), applied to every simulated policy.",
+    )
 
     def with_updates(self, **dotted: Any) -> SimConfig:
         """A copy with `section.field=value` updates applied (validated like a load)."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pearl.control.controller import Controller
+from pearl.control.knobs import apply_knobs, decision_config
 from pearl.control.policies import get_policy
 from pearl.control.policies.base import Policy
 from pearl.control.state import ClusterState
@@ -139,9 +140,9 @@ def build(
         )
         actions = None
     trace_acts, duration, _ = trace_actions(cfg)
-    # The run's staleness bound reaches the controller (as `pearl run` does in
-    # runtime/control_setup.py); the trainer and the bound read the same field.
-    policy = dataclasses.replace(policy, max_staleness=cfg.trainer.max_staleness)
+    # The run's staleness bound and the controller knobs reach the controller as in
+    # `pearl run` (runtime/control_setup.py); the trainer and the bound read the same field.
+    policy = apply_knobs(policy, cfg.controller, max_staleness=cfg.trainer.max_staleness)
     static = cfg.trace.static_gpus is not None
     borrowing = not static if cfg.trace.borrowing is None else cfg.trace.borrowing
     world = World(cfg, trace_acts if actions is None else actions, borrowing=borrowing)
@@ -152,7 +153,14 @@ def build(
         group_size=_group_size(cfg.rollout.batch_size),
         gpus_per_worker=cfg.cluster.gpus_per_worker,
         training_gpus=world.training_gpus if borrowing else (),
-        hardware=hardware_prior(cfg),
+        advisor=policy.make_advisor(
+            hardware=hardware_prior(cfg),
+            batch_size=cfg.rollout.batch_size,
+            gpus_per_worker=cfg.cluster.gpus_per_worker,
+            engine_config=decision_config(
+                cfg.controller, gpus_per_worker=cfg.cluster.gpus_per_worker
+            ),
+        ),
         check_every=cfg.check_every,
     )
     return world, controller, Driver(world, controller, keep_history=keep_history), duration
