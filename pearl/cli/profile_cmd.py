@@ -11,7 +11,8 @@ from rich.table import Table
 
 from pearl.cli.common import console, guarded, print_json
 from pearl.control.profile import HardwarePrior, ProfileError, WorkloadProfile
-from pearl.control.telemetry import TelemetryError, read_jsonl
+from pearl.control.telemetry import TelemetryError
+from pearl.control.telemetry_jsonl import read_jsonl
 from pearl.control.tracker import RuntimeTracker
 from pearl.errors import InputError, read_json
 from pearl.specs import get_gpu, get_model

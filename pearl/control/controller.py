@@ -28,13 +28,14 @@ from pearl.control import events as ev
 from pearl.control.book import TrajectoryBook, TrajState
 from pearl.control.context import ControlContext
 from pearl.control.elastic import ControllerError, ElasticScheduler, Group
+from pearl.control.invariants import check_invariants
 from pearl.control.plan import PDConfig
 from pearl.control.policies import borrow_budget, get_policy
 from pearl.control.policies.base import Advisor, Policy
 from pearl.control.profile import HardwarePrior
 from pearl.control.rebuilder import Rebuilder
 from pearl.control.router import route_queued
-from pearl.control.state import ClusterState, Gpu, Status
+from pearl.control.state import ClusterState, Gpu
 from pearl.control.toggle import ToggleManager
 
 __all__ = ["Controller", "ControllerError"]
@@ -352,32 +353,9 @@ class Controller:
 
     # -- invariants ------------------------------------------------------------------------
     def check(self, traj_ids: Iterable[str] | None = None) -> None:
-        """Raise `ControllerError` if any invariant is broken (see docs/architecture.md): the
-        state's own invariants hold by construction; here the groups (none half-admitted),
-        the book (every trajectory once, in one state, within the staleness bound; with
-        `traj_ids` only those, the cheap check after a trajectory event) and their
-        agreement."""
-        c = self.ctx
-        s = c.state
-        try:
-            c.book.check(traj_ids)
-        except ValueError as err:
-            raise ControllerError(str(err)) from err
-        in_groups: set[str] = set()
-        for g in self.scheduler.groups.values():
-            for wid in g.worker_ids:
-                if not s.has_worker(wid) or s.worker(wid).status != Status.INITIALIZING:
-                    raise ControllerError(f"group {g.group_id} is half-admitted ({wid})")
-                in_groups.add(wid)
-        for w in s.workers_with(statuses=(Status.INITIALIZING,)):
-            if w.worker_id not in in_groups:
-                raise ControllerError(f"initialising worker {w.worker_id} has no group")
-        for wid in c.book.loads():
-            if not s.has_worker(wid):
-                raise ControllerError(f"a trajectory is in flight on missing worker {wid}")
-        for gid in c.offered:
-            if s.has_gpu(gid):
-                raise ControllerError(f"GPU {gid} both held and offered")
+        """Raise `ControllerError` if any invariant is broken (`pearl.control.invariants`);
+        with `traj_ids` the book checks only those trajectories."""
+        check_invariants(self.ctx, self.scheduler.groups, traj_ids)
 
 
 _TRAJECTORY_EVENTS = frozenset(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pearl.control.telemetry import TelemetryMeta
+from pearl.control.telemetry_jsonl import TelemetryMeta
 from pearl.sim.bound import (
     RATE_CACHE,
     Bound,

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pearl.control.state import ClusterState
-from pearl.control.telemetry import TelemetryMeta, TurnRecord, WorkerStepRecord, write_jsonl
+from pearl.control.telemetry import TurnRecord, WorkerStepRecord
 from pearl.control.telemetry import turn_record as make_turn_record
+from pearl.control.telemetry_jsonl import TelemetryMeta, write_jsonl
 from pearl.report.rundir import TELEMETRY_FILE, RunRecorder, is_run_dir
 from pearl.sim.inference_types import StepStats
 

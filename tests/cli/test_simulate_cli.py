@@ -36,7 +36,7 @@ def test_simulate_out_writes_telemetry_decisions_summary_config(tmp_path: Path) 
         app, ["simulate", *SMALL, "--policies", "fixed:colocated", "--out", str(out), "--json"]
     )
     assert res.exit_code == 0, res.output
-    from pearl.control.telemetry import read_jsonl
+    from pearl.control.telemetry_jsonl import read_jsonl
     from pearl.sim.config import load_config
 
     tel = read_jsonl(out / "fixed_colocated" / "telemetry.jsonl")

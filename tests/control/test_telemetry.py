@@ -9,15 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pearl.control.telemetry import (
-    TelemetryError,
-    TelemetryMeta,
-    TurnRecord,
-    WorkerStepRecord,
-    parse_jsonl,
-    read_jsonl,
-    write_jsonl,
-)
+from pearl.control.telemetry import TelemetryError, TurnRecord, WorkerStepRecord
+from pearl.control.telemetry_jsonl import TelemetryMeta, parse_jsonl, read_jsonl, write_jsonl
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "telemetry.jsonl"
 

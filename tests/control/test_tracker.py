@@ -9,7 +9,8 @@ import pytest
 
 from pearl.control.fit import fit_with_prior
 from pearl.control.profile import HardwarePrior, WorkloadProfile
-from pearl.control.telemetry import TurnRecord, WorkerStepRecord, read_jsonl
+from pearl.control.telemetry import TurnRecord, WorkerStepRecord
+from pearl.control.telemetry_jsonl import read_jsonl
 from pearl.control.tracker import RuntimeTracker, workload_stats
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "telemetry.jsonl"

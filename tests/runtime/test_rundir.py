@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from pearl.control.plan import PDConfig, apply, plan_transition
 from pearl.control.state import ClusterState, Gpu, Status, Zone
-from pearl.control.telemetry import TurnRecord, WorkerStepRecord, read_jsonl
+from pearl.control.telemetry import TurnRecord, WorkerStepRecord
+from pearl.control.telemetry_jsonl import read_jsonl
 from pearl.errors import InputError
 from pearl.report.rundir import RunRecorder, check_out_dir
 
