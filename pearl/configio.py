@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pearl.errors import InputError, read_text
+from pearl.world.sections import renamed_fields
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -19,6 +20,7 @@ def model_from_dict(cls: type[M], doc: Any, source: str) -> M:
         doc = {}
     if not isinstance(doc, dict):
         raise InputError(source, "expected a mapping at top level")
+    renamed_fields(doc, source)
     try:
         return cls.model_validate(doc)
     except ValidationError as err:

@@ -10,6 +10,11 @@ the worker is ready before anything is routed; each trajectory is ready before i
 finishes, on the worker it was routed to, with a telemetry record; the drain completes
 after the turns it waited for; nothing is left unanswered; and a command the world has no
 handler for is an error in both.
+
+A second script borrows a training GPU: the trainer's state is offloaded, the worker starts
+on the training GPU and serves, then is drained and stopped, the GPU is released to
+training and the trainer restores onto it. Both worlds must answer the same way and end
+with `TrainingRestored` for that GPU after the release, with no turn served after it.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ TRAJS = ("s0-g0-0", "s0-g0-1")
 class Script:
     """The scripted controller: a fixed reaction to each event (see the module doc)."""
 
-    def __init__(self, gpu_id: str) -> None:
+    def __init__(self, gpu_id: str, *, borrow: bool = False) -> None:
         self.gpu_id = gpu_id
+        self.borrow = borrow  # the GPU is a training GPU: offload first, give it back after
+        self.restored = False
         self.seen: list[Any] = []
         self.routed: set[str] = set()
         self.turned: set[str] = set()
@@ -46,8 +53,10 @@ class Script:
 
     def handle(self, e: Any) -> list[cmd.Command]:
         self.seen.append(e)
+        gpus = (self.gpu_id,)
         if isinstance(e, ev.Started):
-            return [cmd.InitWorker("w0", (self.gpu_id,), Role.COLOCATED, "g0")]
+            init = cmd.InitWorker("w0", gpus, Role.COLOCATED, "g0")
+            return [cmd.OffloadTraining(gpus), init] if self.borrow else [init]
         if isinstance(e, ev.WorkerReady) and e.worker_id == "w0":
             return [cmd.AdmitGroup("g0", ("w0",)), cmd.StartRolloutBatch(0, TRAJS)]
         if isinstance(e, ev.TrajectoryReady) and e.traj_id not in self.routed:
@@ -60,12 +69,20 @@ class Script:
                 return [cmd.Drain("w0")]
         if isinstance(e, ev.WorkerDrained) and not self.stopped:
             self.stopped = True
+            if self.borrow:
+                return [
+                    cmd.StopWorker("w0"),
+                    cmd.ReleaseGpus(gpus, to="training"),
+                    cmd.RestoreTraining(gpus),
+                ]
             return [cmd.StopWorker("w0")]
+        if isinstance(e, ev.TrainingRestored) and self.gpu_id in e.gpu_ids:
+            self.restored = True
         return []
 
     @property
     def done(self) -> bool:
-        return self.stopped
+        return self.stopped and (self.restored or not self.borrow)
 
 
 def _check_contract(seen: list[Any]) -> None:
@@ -91,6 +108,19 @@ def _check_contract(seen: list[Any]) -> None:
     assert "WorkerInitFailed" not in kinds and "RequestInterrupted" not in kinds
 
 
+def _check_borrow(seen: list[Any], gpu_id: str) -> None:
+    """The borrowed GPU served, went back, and the trainer restored onto it last."""
+    _check_contract(seen)
+    kinds = [type(e).__name__ for e in seen]
+    i_drained = kinds.index("WorkerDrained")
+    restored = [i for i, e in enumerate(seen) if isinstance(e, ev.TrainingRestored)]
+    assert restored and all(gpu_id in seen[i].gpu_ids for i in restored), kinds
+    assert i_drained < restored[0]
+    assert all(
+        not (isinstance(e, ev.TurnFinished) and e.worker_id == "w0") for e in seen[i_drained:]
+    )
+
+
 # -- the simulator ------------------------------------------------------------------------------
 def test_simulated_world_keeps_the_contract() -> None:
     from pearl.sim.config import SimConfig
@@ -106,6 +136,20 @@ def test_simulated_world_keeps_the_contract() -> None:
         world.execute(object())
 
 
+def test_simulated_world_lends_and_restores_a_training_gpu() -> None:
+    from pearl.sim.config import SimConfig
+    from pearl.sim.driver import Driver
+    from pearl.sim.world import World
+
+    world = World(SimConfig(), [], borrowing=True)
+    gpu = world.training_gpus[0].gpu_id
+    script = Script(gpu, borrow=True)
+    Driver(world, script).run(3600.0, stop=lambda: script.done)
+    assert script.done, [type(e).__name__ for e in script.seen]
+    _check_borrow(script.seen, gpu)
+    assert world.trainer.home
+
+
 # -- the Ray runtime ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster():
@@ -115,28 +159,66 @@ def cluster():
 
     c = LocalCluster(head_cpus=1)
     c.add_node("dedicated", Zone.DEDICATED, ["d0"])
+    c.add_node("training", Zone.OVERLAP, ["t0"])
     c.connect()
     yield c
     c.shutdown()
 
 
-@pytest.mark.ray
-def test_ray_world_keeps_the_contract(cluster) -> None:
+class _Trainer:
+    """A stand-in trainer actor: what the training component calls on it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def release(self) -> None:
+        self.calls.append("release")
+
+    def restore(self) -> None:
+        self.calls.append("restore")
+
+    def history(self) -> list[str]:
+        return list(self.calls)
+
+
+def _play_ray(script: Script, *, borrow: bool) -> list[str]:
+    """Play `script` against a RayWorld; returns the trainer's calls (borrow only)."""
+    import ray
+
+    from pearl.runtime.lending import TrainingLending
     from pearl.runtime.run_config import RunConfig
     from pearl.runtime.worker_api import EngineSpec
     from pearl.runtime.world import RayWorld
 
-    script = Script("d0")
+    cfg = RunConfig.model_validate({"cluster": {"park_borrowed_workers": False}})
+    trainer = ray.remote(num_cpus=0)(_Trainer).remote() if borrow else None
 
     async def play() -> None:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         t0 = time.monotonic()
+
+        def now() -> float:
+            return time.monotonic() - t0
+
+        def training(pool: Any) -> TrainingLending:
+            return TrainingLending(
+                trainer=trainer,
+                slots=pool,
+                emit=queue.put_nowait,
+                now=now,
+                note=lambda *a, **k: None,
+                last_decision=lambda word: "",
+                on_returned=lambda: None,
+            )
+
         world = RayWorld(
-            RunConfig(),
+            cfg,
             EngineSpec(seed=3, num_kv_blocks=256),
             emit=queue.put_nowait,
-            now=lambda: time.monotonic() - t0,
+            now=now,
             on_record=lambda kind, payload: None,
+            training_slots=("t0",) if borrow else (),
+            training=training if borrow else None,
         )
         pump = asyncio.get_running_loop().create_task(world.pump_env())
         try:
@@ -157,4 +239,19 @@ def test_ray_world_keeps_the_contract(cluster) -> None:
 
     asyncio.run(play())
     assert script.done, [type(e).__name__ for e in script.seen]
+    return ray.get(trainer.history.remote()) if trainer is not None else []
+
+
+@pytest.mark.ray
+def test_ray_world_keeps_the_contract(cluster) -> None:
+    script = Script("d0")
+    _play_ray(script, borrow=False)
     _check_contract(script.seen)
+
+
+@pytest.mark.ray
+def test_ray_world_lends_and_restores_a_training_slot(cluster) -> None:
+    script = Script("t0", borrow=True)
+    calls = _play_ray(script, borrow=True)
+    _check_borrow(script.seen, "t0")
+    assert calls == ["release", "restore"]

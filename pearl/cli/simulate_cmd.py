@@ -45,7 +45,7 @@ def _build_config(
     if batch is not None:
         updates["rollout.batch_size"] = batch
     if max_len is not None:
-        updates["rollout.max_len_tokens"] = max_len
+        updates["rollout.max_context_tokens"] = max_len
     if seed is not None:
         updates["seed"] = seed
     if static_gpus is not None:
@@ -54,6 +54,12 @@ def _build_config(
         updates["trace.duration_s"] = duration
     updates.update(_parse_sets(sets or []))
     from pydantic import ValidationError
+
+    from pearl.world.sections import renamed_key
+
+    for key in updates:
+        if (new := renamed_key(key)) is not None:
+            raise InputError("<argument>", f"{key} was renamed: use {new}", field="--set")
 
     try:
         return cfg.with_updates(**updates)
@@ -154,7 +160,7 @@ def register(app: typer.Typer) -> None:
             None,
             "--set",
             help="Override any config field: section.field=value (repeatable), e.g. "
-            "trainer.max_staleness=0 or rollout.workload.prefix_reuse=context.",
+            "rollout.max_staleness=0 or rollout.workload.prefix_reuse=context.",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:

@@ -52,7 +52,10 @@ def _config_lines(cfg: dict[str, Any]) -> list[str]:
         ("policy", get("controller", "policy")),
         (
             "device slots (dedicated / training)",
-            _pair(get("cluster", "num_dedicated"), get("cluster", "num_training")),
+            _pair(  # run dirs written before the shared names use the old ones
+                get("cluster", "num_dedicated_gpus") or get("cluster", "num_dedicated"),
+                get("cluster", "num_training_gpus") or get("cluster", "num_training"),
+            ),
         ),
         ("trace", get("trace", "source")),
         ("cluster address", get("cluster", "address")),

@@ -43,7 +43,7 @@ def build_controller(
         engine_config=decision_config(cfg.controller, gpus_per_worker=cfg.cluster.gpus_per_worker),
     )
     dedicated = tuple(
-        Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated)
+        Gpu(f"d{i}", Zone.DEDICATED, "dedicated") for i in range(cfg.cluster.num_dedicated_gpus)
     )
     controller = Controller(
         policy,

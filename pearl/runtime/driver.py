@@ -65,7 +65,7 @@ class RunDriver:
         self.t0 = time.monotonic()
         self.time_offset_s = 0.0
         self.training_gpus = tuple(
-            Gpu(f"t{i}", Zone.OVERLAP, "training") for i in range(cfg.cluster.num_training)
+            Gpu(f"t{i}", Zone.OVERLAP, "training") for i in range(cfg.cluster.num_training_gpus)
         )
         self.events_log: list[str] = []
         self._last_state: ClusterState | None = None
@@ -123,7 +123,7 @@ class RunDriver:
         if cfg.address is None:
             self.cluster = LocalCluster(head_cpus=2)
             self.cluster.add_node(
-                "dedicated", Zone.DEDICATED, [f"d{i}" for i in range(cfg.num_dedicated)]
+                "dedicated", Zone.DEDICATED, [f"d{i}" for i in range(cfg.num_dedicated_gpus)]
             )
             self.cluster.add_node("training", Zone.OVERLAP, [g.gpu_id for g in self.training_gpus])
             self.cluster.connect(namespace=f"pearl-{os.getpid()}")

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pearl.configio import dump_yaml_model, load_yaml_model
 from pearl.control.knobs import ControllerKnobs
+from pearl.world.sections import ClusterShape, RolloutShape, TraceShape
 
 
 class _M(BaseModel):
@@ -51,16 +52,16 @@ class EnvSection(_M):
     use_ray: bool = Field(False, description="Host environments in Ray actors, not threads.")
 
 
-class RolloutSection(_M):
-    """Rollout batches: B = batch_size trajectories in GRPO groups of group_size."""
+class RolloutSection(RolloutShape):
+    """Rollout batches: B = batch_size trajectories in GRPO groups of group_size (the shared
+    fields, `RolloutShape`'s, with the demo's defaults)."""
 
-    batch_size: int = Field(16, ge=1, description="Trajectories per rollout step (B).")
+    batch_size: int = RolloutShape.shape_field("batch_size", 16)
+    max_context_tokens: int = RolloutShape.shape_field("max_context_tokens", 256)
     group_size: int = Field(4, ge=1, description="Samples per prompt (a GRPO group).")
     max_new_tokens: int = Field(4, ge=1, description="Generation cap per turn, in tokens.")
-    max_context_tokens: int = Field(256, ge=16, description="Trajectory length limit in tokens.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_staleness: int = Field(1, ge=0, description="Max weight versions a trajectory may lag.")
 
     @model_validator(mode="after")
     def _groups(self) -> RolloutSection:
@@ -82,13 +83,13 @@ class TrainerSection(_M):
     )
 
 
-class ClusterSection(_M):
-    """Device slots (GPUs on a real cluster, CPU slots on a laptop) by zone."""
+class ClusterSection(ClusterShape):
+    """Device slots (GPUs on a real cluster, CPU slots on a laptop) by zone (the shared
+    fields, `ClusterShape`'s, with the demo's defaults)."""
 
+    num_training_gpus: int = ClusterShape.shape_field("num_training_gpus", 2)
+    num_dedicated_gpus: int = ClusterShape.shape_field("num_dedicated_gpus", 2)
     address: str | None = Field(None, description="Ray address ('auto'); None: local cluster.")
-    num_dedicated: int = Field(2, ge=1, description="Reserved rollout device slots.")
-    num_training: int = Field(2, ge=1, description="Training device slots (borrowable).")
-    gpus_per_worker: int = Field(1, ge=1, description="Device slots per rollout worker.")
     use_cuda: bool = Field(False, description="Bind workers to CUDA devices.")
     worker_init_failure_rate: float = Field(
         0.0, ge=0, le=1, description="Chaos testing: probability a worker start fails."
@@ -106,8 +107,14 @@ class ClusterSection(_M):
         "per-transfer object-store cost).",
     )
 
+    @model_validator(mode="after")
+    def _one_reserved(self) -> ClusterSection:
+        if self.num_dedicated_gpus < 1:
+            raise ValueError("num_dedicated_gpus must be >= 1: a run needs a reserved rollout slot")
+        return self
 
-class TraceSection(_M):
+
+class TraceSection(TraceShape):
     """Preemptible availability: nodes added and removed by a trace."""
 
     source: str | None = Field(
@@ -117,9 +124,6 @@ class TraceSection(_M):
     window: str | None = Field(None, description="Cut 'START:END' seconds of the trace.")
     cap: int | None = Field(2, ge=0, description="At most this many preemptible slots.")
     time_scale: float = Field(1.0, gt=0, description="Trace seconds per wall second.")
-    reclaim_notice_s: float | None = Field(
-        None, ge=0, description="Override the trace's reclaim-notice lead time (trace seconds)."
-    )
 
 
 class ControllerSection(ControllerKnobs):
@@ -143,7 +147,7 @@ class ControllerSection(ControllerKnobs):
         if get_policy(self.policy).pool != "trace":  # ValueError names the known policies
             raise ValueError(
                 f"policy '{self.policy}' is a simulation baseline (a fixed pool at the trace's "
-                "mean); on a cluster run 'roll' with cluster.num_dedicated set to that pool"
+                "mean); on a cluster run 'roll' with cluster.num_dedicated_gpus set to that pool"
             )
         known = {"expansion_prep_s", "expansion_finalize_s", "activation_s", "deactivation_s"}
         for key, value in self.switch_costs.items():

@@ -38,6 +38,7 @@ from pearl.runtime.worker_api import (
     collect_turn,
 )
 from pearl.runtime.world_workers import RayWorkers
+from pearl.world.contract import CommandTable
 
 log = logging.getLogger(__name__)
 
@@ -96,27 +97,29 @@ class RayWorld:
         )
         self.workers = self.pool.workers  # the actor table turns and flights read
         self.flights = Flights(self.workers.get)
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            cmd.InitWorker: self.pool.init,
-            cmd.SyncWeights: self.pool.sync_weights,
-            cmd.ChangeRole: self.pool.change_role,
-            cmd.Drain: self.pool.drain,
-            cmd.Interrupt: self.pool.interrupt,
-            cmd.StopWorker: self.pool.stop,
-            # Admission is the controller's: its workers are already up and synced, and
-            # they serve from the first turn routed to them.
-            cmd.AdmitGroup: lambda c: None,
-            cmd.StartRolloutBatch: self._start_batch,
-            cmd.Route: self._route,
-            cmd.ReleaseGpus: self._release_gpus,
-        }
+        self._execute = CommandTable(
+            {
+                cmd.InitWorker: self.pool.init,
+                cmd.SyncWeights: self.pool.sync_weights,
+                cmd.ChangeRole: self.pool.change_role,
+                cmd.Drain: self.pool.drain,
+                cmd.Interrupt: self.pool.interrupt,
+                cmd.StopWorker: self.pool.stop,
+                # Admission is the controller's: its workers are already up and synced, and
+                # they serve from the first turn routed to them.
+                cmd.AdmitGroup: lambda c: None,
+                cmd.StartRolloutBatch: self._start_batch,
+                cmd.Route: self._route,
+                cmd.ReleaseGpus: self._release_gpus,
+            }
+        )
         # The training component, built over the worker component (a borrowed worker waits
         # for the trainer's release on its slots); a world without one (tests) refuses the
         # training commands.
         self.training = None if training is None else training(self.pool)
         if self.training is not None:
-            self._handlers[cmd.OffloadTraining] = self.training.offload
-            self._handlers[cmd.RestoreTraining] = self.training.restore
+            self._execute.add(cmd.OffloadTraining, self.training.offload)
+            self._execute.add(cmd.RestoreTraining, self.training.restore)
 
     # -- plumbing ------------------------------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task:
@@ -142,10 +145,7 @@ class RayWorld:
     def execute(self, c: Any) -> None:
         if isinstance(c, cmd.Interrupt | cmd.StopWorker):  # the book has interrupted them
             self.flights.cancel_on(c.worker_id)
-        handler = self._handlers.get(type(c))
-        if handler is None:  # as in the simulator: a command nobody executes is a bug
-            raise TypeError(f"unknown command {c!r}")
-        handler(c)
+        self._execute(c)
 
     def _start_batch(self, c: cmd.StartRolloutBatch) -> None:
         for tid in c.traj_ids:

@@ -191,7 +191,7 @@ def bound_for(cfg: SimConfig, actions: list[TraceAction], duration_s: float) -> 
         train_step_s=train_step_s(cfg),
         batch_size=cfg.rollout.batch_size,
         borrowing=(not static) if cfg.trace.borrowing is None else cfg.trace.borrowing,
-        max_staleness=cfg.trainer.max_staleness,
+        max_staleness=cfg.rollout.max_staleness,
         by_pipeline=pipeline_trajectories(cfg, duration_s),
     )
 
@@ -218,9 +218,9 @@ def pipeline_trajectories(cfg: SimConfig, duration_s: float) -> float:
     m, g = get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu)
     hw = WorkerHardware(m, g, cfg.cluster.gpus_per_worker)
     spec = WorkloadSpec.model_validate(
-        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
+        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_context_tokens}
     )
-    s, b = cfg.trainer.max_staleness, cfg.rollout.batch_size
+    s, b = cfg.rollout.max_staleness, cfg.rollout.batch_size
     ends: list[float] = []  # E_k: end of training step k
     done = 0.0
     k = 0
@@ -268,7 +268,7 @@ def mean_trajectory_tokens(cfg: SimConfig, num_samples: int = 512) -> float:
     from pearl.specs.workload import WorkloadSpec
 
     spec = WorkloadSpec.model_validate(
-        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
+        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_context_tokens}
     )
     trajs = TrajectorySampler(spec, seed=cfg.seed).batch(num_samples)
     return sum(t.total_tokens for t in trajs) / num_samples

@@ -42,7 +42,7 @@ class SimulationResult:
         c = self.cfg
         setting = (
             f"{c.cluster.model} on {c.cluster.gpu}, trace {self.trace_name}, "
-            f"batch {c.rollout.batch_size}, max len {c.rollout.max_len_tokens}, seed {c.seed}"
+            f"batch {c.rollout.batch_size}, max len {c.rollout.max_context_tokens}, seed {c.seed}"
         )
         return {
             "setting": setting,
@@ -51,7 +51,7 @@ class SimulationResult:
             "trace": self.trace_name,
             "duration_s": self.duration_s,
             "batch_size": c.rollout.batch_size,
-            "max_len_tokens": c.rollout.max_len_tokens,
+            "max_context_tokens": c.rollout.max_context_tokens,
             "seed": c.seed,
             "bound": None if self.bound is None else self.bound.to_json(),
             "policies": {r.name: rounded(r.summary) for r in self.runs},

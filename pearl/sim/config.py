@@ -15,11 +15,11 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pearl.configio import dump_yaml_model, load_yaml_model, model_from_dict
 from pearl.control.knobs import ControllerKnobs
-from pearl.errors import InputError
+from pearl.world.sections import ClusterShape, RolloutShape, TraceShape
 
 if TYPE_CHECKING:
     from pearl.sim.inference_types import WorkerConfig
@@ -46,17 +46,15 @@ class Range(_Model):
         return 0.5 * (self.low_s + self.high_s)
 
 
-class ClusterConfig(_Model):
-    """Which model runs on which GPUs, and how many GPUs each pool has (paper §6.1)."""
+class ClusterConfig(ClusterShape):
+    """Which model runs on which GPUs, and how many GPUs each pool has (paper §6.1: 16
+    training GPUs, 4 reserved rollout GPUs; the shared fields are `ClusterShape`'s)."""
 
     model: str = Field("qwen3-8b", description="Model name from pearl/specs/data/models.yaml.")
     gpu: str = Field("h100-sxm", description="GPU type from pearl/specs/data/gpus.yaml.")
-    num_training_gpus: int = Field(16, ge=1, description="GPUs of the trainer (overlap zone).")
-    num_dedicated_gpus: int = Field(4, ge=0, description="Reserved rollout GPUs, always there.")
     max_preemptible_gpus: int = Field(
         12, ge=0, description="Cap on preemptible rollout GPUs taken from the trace."
     )
-    gpus_per_worker: int = Field(1, ge=1, description="GPUs per rollout worker (tensor parallel).")
 
 
 class EngineConfig(_Model):
@@ -108,9 +106,6 @@ class TrainerConfig(_Model):
     overhead_s: float = Field(
         20.0, ge=0, description="Fixed per-step time (optimizer, weight gather, logging)."
     )
-    max_staleness: int = Field(
-        1, ge=0, description="Rollout may use weights at most this many versions old."
-    )
     weight_sync_s: Range = Field(
         default_factory=lambda: Range(low_s=2.0, high_s=4.0),
         description="Time for a serving worker to load a new weight version.",
@@ -144,13 +139,10 @@ class CostConfig(_Model):
     )
 
 
-class TraceConfig(_Model):
+class TraceConfig(TraceShape):
     """Where preemptible GPUs come from: a named or file trace, or a constant budget."""
 
     trace: str = Field("seg1", description="Bundled segment name (seg1/seg2/seg3) or a file.")
-    reclaim_notice_s: float | None = Field(
-        None, ge=0, description="Lead time of a reclaim notice; None uses the trace's own."
-    )
     static_gpus: int | None = Field(
         None,
         ge=1,
@@ -166,13 +158,10 @@ class TraceConfig(_Model):
     )
 
 
-class RolloutConfig(_Model):
-    """The rollout batch (paper §6.1: 64 trajectories, 32K-token length limit)."""
+class RolloutConfig(RolloutShape):
+    """The rollout batch (paper §6.1: 64 trajectories, 32K-token length limit, staleness 1;
+    the shared fields are `RolloutShape`'s)."""
 
-    batch_size: int = Field(64, ge=1, description="Trajectories per rollout step.")
-    max_len_tokens: int = Field(
-        32768, ge=1024, description="Trajectory length limit (context cap) in tokens."
-    )
     workload: dict[str, Any] = Field(
         default_factory=dict,
         description="Overrides of the workload spec (pearl.specs.workload.WorkloadSpec fields).",
@@ -219,39 +208,16 @@ class SimConfig(_Model):
         return SimConfig.model_validate(doc)
 
 
-def _first_error(err: ValidationError) -> tuple[str, str]:
-    first = err.errors()[0]
-    return ".".join(str(p) for p in first["loc"]), first["msg"]
-
-
 def config_from_dict(doc: Any, source: str = "<config>") -> SimConfig:
     """Validate a parsed config; errors are `InputError(source, field=dotted.path)`."""
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise InputError(source, "expected a mapping at top level")
-    try:
-        return SimConfig.model_validate(doc)
-    except ValidationError as err:
-        field, msg = _first_error(err)
-        raise InputError(source, msg, field=field) from None
+    return model_from_dict(SimConfig, doc, source)
 
 
 def load_config(path: Path) -> SimConfig:
     """Read a YAML config file; missing fields take their defaults."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        raise InputError(str(path), "not valid YAML", location=where) from None
-    return config_from_dict(doc, str(path))
+    return load_yaml_model(SimConfig, path)
 
 
 def dump_config(cfg: SimConfig) -> str:
     """The config as YAML text (round-trips through `load_config`)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    return dump_yaml_model(cfg)

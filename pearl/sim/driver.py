@@ -21,19 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pearl.control.state import ClusterState
+from pearl.world.contract import ControllerLike, World
 
 
-class ControllerLike(Protocol):
-    """What the driver needs of a controller (contract B)."""
-
-    @property
-    def state(self) -> ClusterState: ...
-
-    def handle(self, event: Any) -> list[Any]: ...
-
-
-class WorldLike(Protocol):
-    """What the driver needs of a world."""
+class WorldLike(World, Protocol):
+    """What this driver needs of a world beyond the contract (`pearl.world.contract`): its
+    event core (the virtual clock), a start, and the events emitted since the last look."""
 
     @property
     def core(self) -> Any: ...
@@ -41,8 +34,6 @@ class WorldLike(Protocol):
     def start(self) -> None: ...
 
     def take_outbox(self) -> list[Any]: ...
-
-    def execute(self, command: Any) -> None: ...
 
 
 @dataclass

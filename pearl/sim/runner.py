@@ -142,7 +142,7 @@ def build(
     trace_acts, duration, _ = trace_actions(cfg)
     # The run's staleness bound and the controller knobs reach the controller as in
     # `pearl run` (runtime/control_setup.py); the trainer and the bound read the same field.
-    policy = apply_knobs(policy, cfg.controller, max_staleness=cfg.trainer.max_staleness)
+    policy = apply_knobs(policy, cfg.controller, max_staleness=cfg.rollout.max_staleness)
     static = cfg.trace.static_gpus is not None
     borrowing = not static if cfg.trace.borrowing is None else cfg.trace.borrowing
     world = World(cfg, trace_acts if actions is None else actions, borrowing=borrowing)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from pearl.control import commands as C
 from pearl.control import events as E
@@ -58,6 +57,7 @@ from pearl.sim.workload import TrajectorySampler, step_sampler
 from pearl.sim.world_workers import SimWorker, SimWorkers
 from pearl.specs.hardware import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
+from pearl.world.contract import CommandTable
 
 
 @dataclass
@@ -88,7 +88,7 @@ class World:
         self.gpu_spec = get_gpu(cfg.cluster.gpu)
         self.engine_config = cfg.engine.worker_config(self.gpu_spec.hbm_gb, self.gpu_spec.name)
         self.workload = WorkloadSpec.model_validate(
-            {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
+            {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_context_tokens}
         )
         self.actions = actions
         self.borrowing = borrowing
@@ -139,20 +139,22 @@ class World:
             interrupt=lambda w, preserve: interrupt_worker(self, w, preserve=preserve),
         )
         self.workers = self.pool.workers  # the table rollout.py reads (the pool's own)
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            C.InitWorker: self.pool.init,
-            C.SyncWeights: self.pool.sync_weights,
-            C.ChangeRole: self.pool.change_role,
-            C.Drain: self.pool.drain,
-            C.Interrupt: self.pool.interrupt,
-            C.StopWorker: self.pool.stop,
-            C.AdmitGroup: lambda c: None,  # routing is the controller's state
-            C.ReleaseGpus: self._release_gpus,
-            C.OffloadTraining: self._offload_training,
-            C.RestoreTraining: self._restore_training,
-            C.StartRolloutBatch: lambda c: start_batch(self, c),
-            C.Route: lambda c: route(self, c),
-        }
+        self._execute = CommandTable(
+            {
+                C.InitWorker: self.pool.init,
+                C.SyncWeights: self.pool.sync_weights,
+                C.ChangeRole: self.pool.change_role,
+                C.Drain: self.pool.drain,
+                C.Interrupt: self.pool.interrupt,
+                C.StopWorker: self.pool.stop,
+                C.AdmitGroup: lambda c: None,  # routing is the controller's state
+                C.ReleaseGpus: self._release_gpus,
+                C.OffloadTraining: self._offload_training,
+                C.RestoreTraining: self._restore_training,
+                C.StartRolloutBatch: lambda c: start_batch(self, c),
+                C.Route: lambda c: route(self, c),
+            }
+        )
 
     # -- driver interface ---------------------------------------------------------------
     def emit(self, event: object) -> None:
@@ -243,10 +245,7 @@ class World:
         if type(cmd) is C.Route:  # the hot path: most commands are routes
             route(self, cmd)
             return
-        handler = self._handlers.get(type(cmd))
-        if handler is None:
-            raise TypeError(f"unknown command {cmd!r}")
-        handler(cmd)
+        self._execute(cmd)
 
     def _hardware(self, tp: int) -> WorkerHardware:
         if tp not in self._hw:

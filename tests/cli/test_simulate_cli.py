@@ -86,6 +86,14 @@ def test_bad_batch_option_exit_2() -> None:
     assert res.exit_code == 2 and "rollout.batch_size" in res.stderr
 
 
+def test_a_renamed_set_key_names_the_new_one() -> None:
+    """`--set trainer.max_staleness=0` (staleness moved to the shared rollout section) says
+    where it went instead of simulating with the default."""
+    res = runner.invoke(app, ["simulate", *SMALL, "--set", "trainer.max_staleness=0", "--json"])
+    assert res.exit_code == 2
+    assert "--set" in res.stderr and "rollout.max_staleness" in res.stderr
+
+
 @pytest.mark.slow
 def test_experiment_quick_writes_table_and_plots(tmp_path: Path) -> None:
     """`pearl experiment ratio --quick` writes a markdown table, JSON and a PNG."""

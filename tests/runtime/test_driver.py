@@ -59,8 +59,8 @@ def run_dir(request, tmp_path_factory):
             },
             "trainer": {"num_steps": NUM_STEPS, "lr": 0.01},
             "cluster": {
-                "num_dedicated": 2 if disagg else 1,
-                "num_training": 1,
+                "num_dedicated_gpus": 2 if disagg else 1,
+                "num_training_gpus": 1,
                 "worker_init_failure_rate": 0.25,
                 "kv_transport": transport,
             },

@@ -125,7 +125,7 @@ def _world(rec: _Recorder, *, park: bool, slots: tuple[str, ...]):
     from pearl.runtime.world import RayWorld
 
     cfg = RunConfig.model_validate(
-        {"cluster": {"num_training": len(slots), "park_borrowed_workers": park}}
+        {"cluster": {"num_training_gpus": len(slots), "park_borrowed_workers": park}}
     )
     return RayWorld(
         cfg,

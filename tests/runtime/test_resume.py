@@ -17,7 +17,7 @@ CONFIG = {
     "seed": 5,
     "rollout": {"batch_size": 8, "group_size": 4, "max_new_tokens": 3, "max_context_tokens": 96},
     "trainer": {"num_steps": 4, "lr": 0.01},
-    "cluster": {"num_dedicated": 1, "num_training": 1},
+    "cluster": {"num_dedicated_gpus": 1, "num_training_gpus": 1},
 }
 
 

@@ -87,7 +87,7 @@ def test_pipeline_bound_replays_the_staleness_pipeline_over_the_runs_batches():
 
     cfg = SimConfig()
     got = {
-        s: pipeline_trajectories(cfg.with_updates(**{"trainer.max_staleness": s}), 3600.0)
+        s: pipeline_trajectories(cfg.with_updates(**{"rollout.max_staleness": s}), 3600.0)
         for s in (0, 1, 2)
     }
     assert 0 < got[0] < got[1] <= got[2]

@@ -1,4 +1,4 @@
-"""The simulated run's staleness bound (`trainer.max_staleness`) reaches the controller,
+"""The simulated run's staleness bound (`rollout.max_staleness`) reaches the controller,
 and every trajectory the world trains on stays within it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pearl.sim.runner import build, run_policy
 
 @pytest.mark.parametrize("bound", [0, 2])
 def test_config_bound_reaches_the_controller(bound: int) -> None:
-    """`trainer.max_staleness` is the controller's bound, for every policy."""
-    cfg = SimConfig().with_updates(**{"trainer.max_staleness": bound})
+    """`rollout.max_staleness` is the controller's bound, for every policy."""
+    cfg = SimConfig().with_updates(**{"rollout.max_staleness": bound})
     for name in ("pearl", "rlboost+", "roll", "fixed:colocated"):
         _, controller, _, _ = build(cfg, name)
         assert controller.policy.max_staleness == bound
@@ -25,7 +25,7 @@ def test_a_looser_bound_keeps_more_batches_in_flight() -> None:
     done = {}
     for bound in (0, 2):
         cfg = SimConfig(check_every=1).with_updates(
-            **{"trainer.max_staleness": bound, "trace.static_gpus": 4, "trace.duration_s": 1200.0}
+            **{"rollout.max_staleness": bound, "trace.static_gpus": 4, "trace.duration_s": 1200.0}
         )
         run = run_policy(cfg, "roll")
         assert all(t.staleness() <= bound for t in run.controller.book)

@@ -78,7 +78,7 @@ def run(
         ],
         rows=rows,
         notes=[
-            f"batch {cfg.rollout.batch_size}, length limit {cfg.rollout.max_len_tokens}, "
+            f"batch {cfg.rollout.batch_size}, length limit {cfg.rollout.max_context_tokens}, "
             f"seed {cfg.seed}; 'of bound' is trajectories as a fraction of the upper bound."
         ],
         bars=[

@@ -3,7 +3,7 @@
 These are facts about GPUs and the workload (paper §3.1-§3.3), not about PEARL: they pin
 the world that every policy runs in. Each row gives the paper's figure, the simulated one,
 the tolerance it is judged by, and the `pearl simulate` command (or calibration call) that
-reproduces it. Runs are one batch at a time ("sync": `trainer.max_staleness: 0`, as the
+reproduces it. Runs are one batch at a time ("sync": `rollout.max_staleness: 0`, as the
 paper's motivation experiments), on static pools (no trace, no borrowing).
 
 * §3.1: 50% more rollout GPUs cut rollout latency by 10.3%, 8 more a further 8.9% (read
@@ -38,7 +38,7 @@ PD_BATCHES = (32, 48, 64, 96)
 PD_GPUS = 8
 PD_RATIOS = ((2, 6), (3, 5), (4, 4), (5, 3), (6, 2))
 MODELS = ("qwen3-8b", "qwen3-30b-a3b")
-SYNC = "trainer.max_staleness=0"
+SYNC = "rollout.max_staleness=0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ class PdPoint:
 
 
 def _sync(cfg: SimConfig, **dotted: Any) -> SimConfig:
-    return cfg.with_updates(**{"trainer.max_staleness": 0, **dotted})
+    return cfg.with_updates(**{"rollout.max_staleness": 0, **dotted})
 
 
 def _makespans(cfg: SimConfig, progress: Progress | None) -> dict[str, float]:
@@ -106,7 +106,7 @@ def unlimited_pool(cfg: SimConfig, seeds: int = 8) -> tuple[float, float]:
         get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu), cfg.cluster.gpus_per_worker
     )
     spec = WorkloadSpec.model_validate(
-        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_len_tokens}
+        {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_context_tokens}
     )
     spans = [
         critical_path(
@@ -258,7 +258,7 @@ def run(
                 )
             )
     notes.append(
-        "Runs are one batch at a time (trainer.max_staleness 0) on static pools, one seed; "
+        "Runs are one batch at a time (rollout.max_staleness 0) on static pools, one seed; "
         "makespans are means over the batches of one simulated hour."
     )
     return ExperimentResult(

@@ -22,7 +22,7 @@ def run(
     progress: Progress | None = None,
 ) -> ExperimentResult:
     settings = [("batch", b, {"rollout.batch_size": b}) for b in batches]
-    settings += [("max len", m, {"rollout.max_len_tokens": m}) for m in max_lens]
+    settings += [("max len", m, {"rollout.max_context_tokens": m}) for m in max_lens]
     rows = []
     groups = []
     values: dict[str, list[float]] = {p: [] for p in policies}
@@ -51,7 +51,7 @@ def run(
         notes=[
             f"trace {cfg.trace.trace}, {duration_s:.0f} simulated seconds per run; one knob "
             f"varies at a time around batch {cfg.rollout.batch_size}, length "
-            f"{cfg.rollout.max_len_tokens}."
+            f"{cfg.rollout.max_context_tokens}."
         ],
         bars=[
             BarPlot(
