@@ -14,7 +14,9 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,vllm]'
+	@# vLLM pulls CUDA builds of torchvision/torchaudio/torchcodec that break imports on CPU
+	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	@touch $(STAMP)
 
 test: $(STAMP)

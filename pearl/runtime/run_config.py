@@ -41,6 +41,17 @@ class EngineSection(_M):
     max_num_batched_tokens: int = Field(512, ge=16, description="Token budget per engine step.")
     max_num_seqs: int = Field(64, ge=1, description="Sequences per engine step.")
     torch_threads: int = Field(1, ge=1, description="Intra-op threads per worker process.")
+    backend: Literal["pearl", "vllm"] = Field(
+        "pearl",
+        description="Rollout engine backend (docs/engines.md): PEARL's engine, or vLLM (the "
+        "vllm extra; colocated workers only).",
+    )
+    kv_cache_mb: int = Field(
+        64,
+        ge=1,
+        description="KV cache per worker in MiB for the vllm backend (PEARL's "
+        "engine sizes it with num_kv_blocks).",
+    )
 
 
 class EnvSection(_M):
@@ -168,6 +179,19 @@ class RunConfig(_M):
     cluster: ClusterSection = Field(default_factory=ClusterSection)
     trace: TraceSection = Field(default_factory=TraceSection)
     controller: ControllerSection = Field(default_factory=ControllerSection)
+
+    @model_validator(mode="after")
+    def _backend_can_serve_the_modes(self) -> RunConfig:
+        from pearl.runtime.backends import capabilities_of
+
+        caps = capabilities_of(self.engine.backend)
+        modes = self.controller.modes
+        if not caps.disaggregation and (modes is None or "disaggregated" in modes):
+            raise ValueError(
+                f"engine.backend {self.engine.backend} has no PD handoff: set "
+                "controller.modes: [colocated]"
+            )
+        return self
 
 
 def load_run_config(path: Path | str) -> RunConfig:

@@ -20,20 +20,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pearl.control.telemetry import TurnRecord, WorkerStepRecord, turn_record
-
-
-@dataclass(frozen=True, slots=True)
-class ProbedStep:
-    """One engine iteration, as the scheduler built it."""
-
-    batch_size: int
-    prefill_tokens: int
-    decode_tokens: int
-    context_tokens: int
+from pearl.runtime.backends.base import StepTelemetry
 
 
 class StepProbe:
@@ -41,34 +31,36 @@ class StepProbe:
 
     def __init__(self, engine: Any, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self.last: ProbedStep = ProbedStep(0, 0, 0, 0)
+        self._engine = engine
+        self._last = StepTelemetry()
         self.first_scheduled_s: dict[str, float] = {}
         scheduler = getattr(engine, "scheduler", None)
-        if scheduler is None or not hasattr(scheduler, "schedule"):
-            return  # an engine without a visible scheduler: steps are counted as empty
-        inner = scheduler.schedule
+        inner = getattr(scheduler, "schedule", None)
+        self._watching = inner is not None
+        if inner is None:
+            return  # a backend without a visible scheduler reports its own `last_step`
 
         def schedule() -> Any:
             batch = inner()
             self._observe(batch)
             return batch
 
-        scheduler.schedule = schedule
+        setattr(scheduler, "schedule", schedule)  # noqa: B010 - patch this instance only
+
+    @property
+    def last(self) -> StepTelemetry:
+        if self._watching:
+            return self._last
+        return getattr(self._engine, "last_step", None) or StepTelemetry()
 
     def _observe(self, batch: Any) -> None:
         now = self._clock()
-        prefill = decode = context = 0
-        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
+        for seq in batch.seqs:
             self.first_scheduled_s.setdefault(seq.request_id, now)
-            if n == 1 and seq.num_tokens > seq.num_prompt_tokens:  # feeds its last sample
-                decode += 1
-                context += seq.num_computed_tokens + 1
-            else:  # prompt chunks (or a recompute after preemption)
-                prefill += n
-        self.last = ProbedStep(len(batch.seqs), prefill, decode, context)
+        self._last = batch.telemetry()
 
     def reset(self) -> None:
-        self.last = ProbedStep(0, 0, 0, 0)
+        self._last = StepTelemetry()
 
     def forget(self, request_id: str) -> float | None:
         return self.first_scheduled_s.pop(request_id, None)
@@ -97,7 +89,7 @@ class TelemetrySink:
         self.num_dropped = 0
 
     def step(
-        self, role: str, rollout_step: int, t_s: float, stats: ProbedStep, step_time_s: float
+        self, role: str, rollout_step: int, t_s: float, stats: StepTelemetry, step_time_s: float
     ) -> None:
         self.num_steps += 1
         if stats.batch_size == 0 or (self.num_steps - 1) % self.step_every:

@@ -47,6 +47,8 @@ class EngineSpec:
     max_model_len: int | None = None
     torch_threads: int = 1
     start_released: bool = False  # nothing on the device until the worker is activated
+    backend: str = "pearl"  # pearl.runtime.backends: pearl or vllm
+    kv_cache_bytes: int = 64 << 20  # the vllm backend's KV cache (PEARL's: num_kv_blocks)
 
     def build(self) -> LLMEngine:
         import torch
@@ -55,6 +57,8 @@ class EngineSpec:
 
         if self.torch_threads > 0:
             torch.set_num_threads(self.torch_threads)
+        if self.backend == "vllm":
+            return self._build_vllm()  # type: ignore[return-value]  # an EngineBackend
         device = self.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -69,6 +73,32 @@ class EngineSpec:
             max_num_seqs=self.max_num_seqs,
             max_model_len=self.max_model_len,
             start_released=self.start_released,
+        )
+
+    def _build_vllm(self) -> Any:
+        """A vLLM engine over `checkpoint_dir`; without one, over the same random weights
+        PEARL's engine would start from (`seed`), written once as an HF directory."""
+        import tempfile
+
+        from pearl.runtime.backends.vllm_engine import VllmEngine
+        from pearl.runtime.engine import LLMEngine
+        from pearl.runtime.engine.checkpoint import save_checkpoint
+
+        ckpt = self.checkpoint_dir
+        if ckpt is None:
+            cfg = self.model_config if self.model_config is not None else ModelConfig.tiny()
+            init = LLMEngine(cfg, seed=self.seed, num_kv_blocks=8, block_size=self.block_size)
+            ckpt = tempfile.mkdtemp(prefix="pearl-vllm-init-")
+            save_checkpoint(ckpt, init.config, init.state_dict())
+            del init
+        return VllmEngine(
+            ckpt,
+            seed=self.seed,
+            max_model_len=self.max_model_len,
+            kv_cache_bytes=self.kv_cache_bytes,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            dtype="float32",
         )
 
 

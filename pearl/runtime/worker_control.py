@@ -153,7 +153,7 @@ class WorkerControl:
         async with self.core.lock:
             if snap is not None and weights is not None and snap.version >= engine.weight_version:
                 await asyncio.to_thread(engine.load_weights, weights, snap.version)
-            elif snap is None and not engine.is_released:
+            elif snap is None and not engine.is_released and hasattr(engine, "state_dict"):
                 await asyncio.to_thread(
                     lambda: engine.load_weights(engine.state_dict(), engine.weight_version)
                 )

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from pearl.errors import InputError
+from pearl.runtime.backends.base import BACKENDS, Capabilities, StepTelemetry
 from pearl.runtime.engine.checkpoint import load_checkpoint, normalize_state_dict
 from pearl.runtime.engine.errors import EngineReleased, RequestRejected
 from pearl.runtime.engine.kv_cache import BlockManager
@@ -30,7 +31,8 @@ from pearl.runtime.engine.sequence import RequestOutput, SeqStatus, Sequence
 
 
 class LLMEngine:
-    """Paged-KV Qwen3 engine with continuous batching, chunked prefill and prefix caching.
+    """Paged-KV Qwen3 engine with continuous batching, chunked prefill and prefix caching;
+    the reference `EngineBackend` (`pearl.runtime.backends`; its `capabilities`).
 
     Weights come from `checkpoint_dir` (HF safetensors; its config.json wins over
     `model_config`) or a random init seeded by `seed`. `max_model_len` (prompt + new
@@ -38,6 +40,8 @@ class LLMEngine:
     `start_released`: build the weights on the CPU and allocate nothing on the device
     until `restore()` (a worker pre-started on a device someone else is using).
     """
+
+    capabilities: Capabilities = BACKENDS["pearl"]
 
     def __init__(
         self,
@@ -93,6 +97,7 @@ class LLMEngine:
             self.runner.build(state_dict, seed)
         self._num_generate_calls = 0
         self.last_batch: ScheduledBatch | None = None  # what the latest step() fed (telemetry)
+        self._last_step = StepTelemetry()
 
     # -- requests -----------------------------------------------------------------------
     def add_request(
@@ -151,6 +156,7 @@ class LLMEngine:
         self._check_ready()
         batch = self.scheduler.schedule()
         self.last_batch = batch
+        self._last_step = batch.telemetry()
         if batch.is_empty:
             return []
         results = self.runner.run(batch)
@@ -371,6 +377,11 @@ class LLMEngine:
     @property
     def is_released(self) -> bool:
         return not self.runner.ready
+
+    @property
+    def last_step(self) -> StepTelemetry:
+        """What the latest `step()` fed (the backend interface's per-step telemetry)."""
+        return self._last_step
 
     def _check_ready(self) -> None:
         if not self.runner.ready:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from pearl.runtime.backends.base import StepTelemetry
 from pearl.runtime.engine.kv_cache import BlockManager
 from pearl.runtime.engine.sequence import SeqStatus, Sequence
 
@@ -32,6 +33,19 @@ class ScheduledBatch:
     @property
     def is_empty(self) -> bool:
         return not self.seqs
+
+    def telemetry(self) -> StepTelemetry:
+        """What this batch feeds, counted before it runs: a sequence feeding one token past
+        its prompt decodes (attending its computed context plus that token); every other
+        fed token is prefill (prompt chunks, or a recompute after preemption)."""
+        prefill = decode = context = 0
+        for seq, n in zip(self.seqs, self.num_new_tokens, strict=True):
+            if n == 1 and seq.num_tokens > seq.num_prompt_tokens:
+                decode += 1
+                context += seq.num_computed_tokens + 1
+            else:
+                prefill += n
+        return StepTelemetry(len(self.seqs), prefill, decode, context)
 
 
 class Scheduler:
