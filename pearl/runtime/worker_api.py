@@ -58,7 +58,7 @@ class EngineSpec:
         if self.torch_threads > 0:
             torch.set_num_threads(self.torch_threads)
         if self.backend == "vllm":
-            return self._build_vllm()  # type: ignore[return-value]  # an EngineBackend
+            return self._build_vllm()  # an EngineBackend, not an LLMEngine
         device = self.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
