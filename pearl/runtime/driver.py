@@ -159,8 +159,6 @@ class RunDriver:
             registry_name=REGISTRY,
             pad_id=ByteTokenizer().pad_token_id,
             torch_threads=cfg.engine.torch_threads,
-            backend=cfg.engine.backend,
-            kv_cache_bytes=cfg.engine.kv_cache_mb << 20,
         )
         version, trained_steps, step_metrics, expected_rollout_s = 0, 0, [], 30.0
         if ckpt is not None:

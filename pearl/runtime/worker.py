@@ -127,6 +127,7 @@ class RolloutWorker:
             num_engine_steps=c.sink.num_steps,
             syncing_version=c.syncing,
             engine_build_s=self._engine_build_s,
+            backend=c.engine.capabilities.name,
         )
 
     def telemetry(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:

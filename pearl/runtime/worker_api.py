@@ -244,6 +244,7 @@ class WorkerStatus:
     parked: bool = False  # parked: device state released, admits nothing until activated
     pid: int = 0  # the actor's process (kept across park and activation)
     engine_build_s: float = 0.0  # time __init__ spent building the engine (start breakdown)
+    backend: str = "pearl"  # the engine backend it runs (pearl.runtime.backends)
 
 
 async def collect_turn(

@@ -36,13 +36,21 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-@pytest.fixture(scope="module", params=["colocated", "disaggregated", "disaggregated-shm"])
+@pytest.fixture(
+    scope="module", params=["colocated", "disaggregated", "disaggregated-shm", "vllm-colocated"]
+)
 def run_dir(request, tmp_path_factory):
     """One chaos run per PD mode family: the engine's free choice (colocated on a CPU) and
     the disaggregated mode pinned (prefill -> KV transfer -> decode under the same chaos),
-    with KV through the object store and through shared memory."""
+    with KV through the object store and through shared memory; and the same chaos with
+    every rollout worker on vLLM (colocated, its only mode)."""
+    import os
+
     from pearl.runtime.driver import run
 
+    vllm = request.param.startswith("vllm")
+    if vllm and os.environ.get("PEARL_SKIP_VLLM") == "1":
+        pytest.skip("PEARL_SKIP_VLLM=1")
     disagg = request.param.startswith("disaggregated")
     transport = "shared_memory" if request.param.endswith("shm") else "object_store"
     d = tmp_path_factory.mktemp("chaos")
@@ -70,6 +78,15 @@ def run_dir(request, tmp_path_factory):
             "controller": {"modes": ["disaggregated"] if disagg else None},
         }
     )
+    if vllm:
+        cfg = RunConfig.model_validate(
+            {
+                **cfg.model_dump(mode="json"),
+                "model": {"tiny_overrides": {"head_dim": 32}},
+                "engine": {"backend": "vllm", "kv_cache_mb": 32},
+                "controller": {"modes": ["colocated"]},
+            }
+        )
     summary = run(cfg, out_dir=d / "run", live=False)
     return d / "run", summary
 

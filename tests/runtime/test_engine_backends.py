@@ -80,7 +80,9 @@ def backend(request: pytest.FixtureRequest, checkpoint: Path) -> Any:
         return LLMEngine(checkpoint_dir=checkpoint, num_kv_blocks=128, max_num_batched_tokens=512)
     from pearl.runtime.backends.vllm_engine import VllmEngine
 
-    return VllmEngine(checkpoint, seed=0, max_model_len=1024, dtype="float32")
+    return VllmEngine(
+        checkpoint, seed=0, max_model_len=1024, max_num_batched_tokens=256, dtype="float32"
+    )
 
 
 def _new_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -105,6 +107,21 @@ def test_sampled_tokens_carry_their_logprob(backend: Any, checkpoint: Path) -> N
     ref = _log_softmax_at(_reference(checkpoint), prompt, out.output_token_ids)
     want = ref[torch.arange(6), torch.tensor(out.output_token_ids)]
     assert torch.allclose(torch.tensor(out.output_logprobs), want, atol=2e-3)
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch(backend: Any) -> None:
+    """Seeded requests with long prompts, prefilled together, draw the same tokens as each
+    alone (vLLM's CPU build once failed these when their prompts were chunked)."""
+    prompts = [_prompt(260 + 10 * i, 3 + i) for i in range(3)]
+    for i, p in enumerate(prompts):
+        backend.add_request(f"s{i}", p, SamplingParams(temperature=1.0, max_new_tokens=6, seed=i))
+    together: dict[str, tuple[int, ...]] = {}
+    while backend.has_unfinished():
+        together.update({o.request_id: o.output_token_ids for o in backend.step() if o.finished})
+    alone = backend.generate(
+        [prompts[1]], SamplingParams(temperature=1.0, max_new_tokens=6, seed=1)
+    )
+    assert len(together) == 3 and alone[0].output_token_ids == together["s1"]
 
 
 def test_abort_returns_what_was_generated(backend: Any) -> None:

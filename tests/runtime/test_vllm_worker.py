@@ -57,7 +57,8 @@ def test_a_vllm_worker_serves_streams_syncs_and_interrupts(cluster) -> None:
 
     registry = get_registry()
     w = start_worker("v0", "colocated", ("d0",), VLLM)
-    assert ray.get(w.ready.remote(), timeout=300).pid > 0
+    status = ray.get(w.ready.remote(), timeout=300)
+    assert status.pid > 0 and status.backend == "vllm"
 
     res = ray.get(w.generate.remote(TurnRequest("a", 0, _prompt(0), GREEDY)))
     (want,) = PEARL.build().generate([list(_prompt(0))], GREEDY)

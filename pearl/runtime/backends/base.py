@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 class Capabilities:
     """What a backend can do (the worker and the controller ask for no more)."""
 
+    name: str  # the backend's name in run configs (`engine.backend`)
     kv_export: bool  # prefill-only requests whose KV can be exported
     kv_import: bool  # decode from imported KV
     release: Literal["device", "none"]  # does release() free device memory?
@@ -111,6 +112,7 @@ class EngineBackend(Protocol):
 # What each backend can do, known before one is built (the planner's cost model reads it).
 BACKENDS: dict[str, Capabilities] = {
     "pearl": Capabilities(
+        name="pearl",
         kv_export=True,
         kv_import=True,
         release="device",
@@ -121,6 +123,7 @@ BACKENDS: dict[str, Capabilities] = {
     # vLLM 0.32 through `VllmEngine`: no KV handoff through PEARL's transports yet, and
     # sleep mode (the only way it frees device memory) exists on CUDA only.
     "vllm": Capabilities(
+        name="vllm",
         kv_export=False,
         kv_import=False,
         release="none",

@@ -60,6 +60,16 @@ class _Live:
     num_cached: int = 0
 
 
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _cuda_available() -> bool:
+    return bool(_torch().cuda.is_available())
+
+
 def import_vllm() -> Any:
     """The `vllm` module, in-process; an ImportError says how to install it."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -116,9 +126,26 @@ class VllmEngine:
             knobs["max_model_len"] = max_model_len
         if max_num_batched_tokens is not None:
             knobs["max_num_batched_tokens"] = max_num_batched_tokens
+        if not _cuda_available():
+            # vLLM 0.32 on CPU fails a seeded request whose prompt is prefilled in chunks
+            # (it rewinds the request's generator, which a CPU generator cannot do), so on
+            # CPU whole prompts are prefilled in one step.
+            knobs["enable_chunked_prefill"] = False
+            budget = max(max_num_batched_tokens or 0, max_model_len or 0)
+            if budget:
+                knobs["max_num_batched_tokens"] = budget
         args = EngineArgs(**knobs)
         self._vllm = vllm
+        torch = _torch()
+        set_threads = torch.set_num_threads
         self.engine = vllm.LLMEngine.from_engine_args(args)
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op, process-wide; the
+        # process is ours (PEARL's engine and trainer set their threads), so put it back.
+        torch.set_num_threads = set_threads
+        # vLLM's CPU attention plans its work for the thread count it was built with and
+        # refuses to run with another; a worker steps from other threads (asyncio's pool),
+        # whose OpenMP thread count may differ, so every step restores this one.
+        self._threads = torch.get_num_threads()
         self.checkpoint_dir = path
         self.seed = seed
         self.max_model_len = int(self.engine.model_config.max_model_len)
@@ -186,6 +213,7 @@ class VllmEngine:
     def step(self) -> list[RequestOutput]:
         """One vLLM iteration; our outputs for the requests that sampled or finished."""
         self._check_ready()
+        _torch().set_num_threads(self._threads)
         outputs: list[RequestOutput] = []
         prefill = decode = context = 0
         for out in self.engine.step():
