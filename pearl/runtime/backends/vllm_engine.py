@@ -42,7 +42,7 @@ from typing import Any
 
 from pearl.errors import InputError
 from pearl.runtime.backends.base import BACKENDS, Capabilities, StepTelemetry
-from pearl.runtime.engine.errors import EngineReleased, RequestRejected
+from pearl.runtime.engine.errors import EngineReleased, RequestRejected, check_request
 from pearl.runtime.engine.sampling import SamplingParams
 from pearl.runtime.engine.sequence import RequestOutput
 
@@ -174,25 +174,14 @@ class VllmEngine:
                 request_id, "unsupported", "the vllm backend has no prefill-only requests"
             )
         prompt = [int(t) for t in prompt_token_ids]
-        if request_id in self._live:
-            raise RequestRejected(request_id, "duplicate_id", "a request with this id is live")
-        if not prompt:
-            raise RequestRejected(request_id, "empty_prompt", "the prompt has no tokens")
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise RequestRejected(
-                request_id,
-                "bad_token",
-                f"token id {bad[0]} outside vocabulary [0, {self.vocab_size})",
-            )
-        total = len(prompt) + sampling.max_new_tokens
-        if total > self.max_model_len:
-            raise RequestRejected(
-                request_id,
-                "context_limit",
-                f"prompt of {len(prompt)} tokens + max_new_tokens {sampling.max_new_tokens} = "
-                f"{total} exceeds the context limit of {self.max_model_len} tokens",
-            )
+        check_request(
+            request_id,
+            prompt,
+            sampling.max_new_tokens,
+            live=self._live,
+            vocab_size=self.vocab_size,
+            max_model_len=self.max_model_len,
+        )
         params = self._vllm.SamplingParams(
             temperature=sampling.temperature,
             top_p=sampling.top_p,

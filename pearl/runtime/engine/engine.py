@@ -19,7 +19,7 @@ import torch
 from pearl.errors import InputError
 from pearl.runtime.backends.base import BACKENDS, Capabilities, StepTelemetry
 from pearl.runtime.engine.checkpoint import load_checkpoint, normalize_state_dict
-from pearl.runtime.engine.errors import EngineReleased, RequestRejected
+from pearl.runtime.engine.errors import EngineReleased, RequestRejected, check_request
 from pearl.runtime.engine.kv_cache import BlockManager
 from pearl.runtime.engine.model import DTYPES
 from pearl.runtime.engine.model_config import ModelConfig
@@ -118,25 +118,15 @@ class LLMEngine:
         self.scheduler.add(seq)
 
     def _validate(self, request_id: str, prompt: list[int], sampling: SamplingParams) -> None:
-        if request_id in self._seqs:
-            raise RequestRejected(request_id, "duplicate_id", "a request with this id is live")
-        if not prompt:
-            raise RequestRejected(request_id, "empty_prompt", "the prompt has no tokens")
-        bad = [t for t in prompt if not 0 <= t < self.config.vocab_size]
-        if bad:
-            raise RequestRejected(
-                request_id,
-                "bad_token",
-                f"token id {bad[0]} outside vocabulary [0, {self.config.vocab_size})",
-            )
+        check_request(
+            request_id,
+            prompt,
+            sampling.max_new_tokens,
+            live=self._seqs,
+            vocab_size=self.config.vocab_size,
+            max_model_len=self.max_model_len,
+        )
         total = len(prompt) + sampling.max_new_tokens
-        if total > self.max_model_len:
-            raise RequestRejected(
-                request_id,
-                "context_limit",
-                f"prompt of {len(prompt)} tokens + max_new_tokens {sampling.max_new_tokens} = "
-                f"{total} exceeds the context limit of {self.max_model_len} tokens",
-            )
         if self.blocks.blocks_needed(total) > self.num_kv_blocks:
             raise RequestRejected(
                 request_id,

@@ -7,6 +7,8 @@ reply instead of dying.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 
 class RequestRejected(ValueError):
     """A request the engine will not run; `reason` is a short machine-readable code.
@@ -26,3 +28,33 @@ class RequestRejected(ValueError):
 
 class EngineReleased(RuntimeError):
     """The engine's device state was released; call `restore()` before using it."""
+
+
+def check_request(
+    request_id: str,
+    prompt: list[int],
+    max_new_tokens: int,
+    *,
+    live: Container[str],
+    vocab_size: int,
+    max_model_len: int,
+) -> None:
+    """The refusals every engine backend shares: a live id, an empty prompt, a token
+    outside the vocabulary, prompt + max_new_tokens over the context limit."""
+    if request_id in live:
+        raise RequestRejected(request_id, "duplicate_id", "a request with this id is live")
+    if not prompt:
+        raise RequestRejected(request_id, "empty_prompt", "the prompt has no tokens")
+    bad = [t for t in prompt if not 0 <= t < vocab_size]
+    if bad:
+        raise RequestRejected(
+            request_id, "bad_token", f"token id {bad[0]} outside vocabulary [0, {vocab_size})"
+        )
+    total = len(prompt) + max_new_tokens
+    if total > max_model_len:
+        raise RequestRejected(
+            request_id,
+            "context_limit",
+            f"prompt of {len(prompt)} tokens + max_new_tokens {max_new_tokens} = "
+            f"{total} exceeds the context limit of {max_model_len} tokens",
+        )
