@@ -19,6 +19,7 @@ ORDER = (
     "envs_learnable",
     "learning",
     "engine_decode",
+    "engine_backends",
     "kv_transfer",
     "worker_ops",
     "sim_speed",
