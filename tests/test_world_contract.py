@@ -220,7 +220,7 @@ def _play_ray(script: Script, *, borrow: bool) -> list[str]:
             training_slots=("t0",) if borrow else (),
             training=training if borrow else None,
         )
-        pump = asyncio.get_running_loop().create_task(world.pump_env())
+        pump = asyncio.get_running_loop().create_task(world.trajectories.pump_env())
         try:
             queue.put_nowait(ev.Started(0.0))
             deadline = time.monotonic() + 180.0

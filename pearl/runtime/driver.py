@@ -208,7 +208,7 @@ class RunDriver:
         assert self.world.training is not None
         self.lending = self.world.training
         if ckpt is not None:
-            self.world.restored_done = {
+            self.world.trajectories.restored_done = {
                 d["traj_id"]: RuntimeTrajectory.from_json(d) for d in ckpt["done_trajectories"]
             }
         policy = configured_policy(cfg)
@@ -240,7 +240,7 @@ class RunDriver:
             self.player = TracePlayer(
                 due, cluster=self.cluster, emit=self.emit, now=self.now, note=self.note
             )
-        pump = asyncio.get_running_loop().create_task(self.world.pump_env())
+        pump = asyncio.get_running_loop().create_task(self.world.trajectories.pump_env())
         self.t0 = time.monotonic()  # the run's clock starts when the cluster is up
         self._last_state = self.controller.state
         self.recorder.record_state(self.now(), self._last_state)

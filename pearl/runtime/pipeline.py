@@ -97,10 +97,10 @@ class TrainingPipeline:
         if traj is None:
             return
         step = traj.step
-        trajs = self.world.step_trajs(step)
+        trajs = self.world.trajectories.step_trajs(step)
         if len(trajs) < self.cfg.rollout.batch_size or not all(t.done for t in trajs):
             return
-        trajs, records = self.world.pop_step(step)
+        trajs, records = self.world.trajectories.pop_step(step)
         makespan = self.now() - self.step_started.get(step, self.now())
         self.expected_rollout_s = 0.7 * self.expected_rollout_s + 0.3 * makespan
         self.ready_steps[step] = (trajs, records)

@@ -25,13 +25,13 @@ def test_a_turn_that_raises_comes_back_as_an_interruption():
     try:
         traj = RuntimeTrajectory("s0-g0-0", 0, 0, 0)
         traj.add_context([1, 2, 3])
-        world.trajs[traj.traj_id] = traj
+        world.trajectories.trajs[traj.traj_id] = traj
 
         async def broken(req, c):
             raise AttributeError("a bug in the turn path")
 
-        world._run_turn = broken
-        asyncio.run(world._turn(cmd.Route("s0-g0-0", "w0", "w1")))
+        world.trajectories.run_turn = broken
+        asyncio.run(world.trajectories.turn(cmd.Route("s0-g0-0", "w0", "w1")))
     finally:
         world.env.shutdown()
     assert [type(e) for e in events] == [ev.RequestInterrupted]
@@ -79,7 +79,7 @@ def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
     async def scenario():
         traj = RuntimeTrajectory("s0-g0-0", 0, 0, 0)
         traj.add_context([1, 2, 3])
-        world.trajs[traj.traj_id] = traj
+        world.trajectories.trajs[traj.traj_id] = traj
         gate = asyncio.Event()
 
         async def run_turn(req, c):
@@ -87,11 +87,13 @@ def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
             await gate.wait()
             return TR(req.traj_id, req.turn, (65, 66), (-0.1, -0.2), "stop", "w1", 4)
 
-        world._run_turn = run_turn
-        first = asyncio.create_task(world._turn(cmd.Route("s0-g0-0", "w0", "w1")))
+        world.trajectories.run_turn = run_turn
+        first = asyncio.create_task(world.trajectories.turn(cmd.Route("s0-g0-0", "w0", "w1")))
         await asyncio.sleep(0)
         world.execute(cmd.Interrupt("w0"))  # the book interrupts s0-g0-0 now
-        second = asyncio.create_task(world._turn(cmd.Route("s0-g0-0", "w2", None, True)))
+        second = asyncio.create_task(
+            world.trajectories.turn(cmd.Route("s0-g0-0", "w2", None, True))
+        )
         await asyncio.sleep(0)
         gate.set()
         await first
@@ -120,18 +122,18 @@ def test_a_route_waits_for_the_env_step_and_closes_a_finished_episode():
     async def scenario():
         traj = RuntimeTrajectory("s0-g0-1", 0, 0, 1)
         traj.add_context([1, 2])
-        world.trajs[traj.traj_id] = traj
-        world.flights.hold(traj.traj_id)  # an env step in flight
+        world.trajectories.trajs[traj.traj_id] = traj
+        world.trajectories.flights.hold(traj.traj_id)  # an env step in flight
 
         async def run_turn(req, c):
             ran.append(req.request_id)
 
-        world._run_turn = run_turn
-        route = asyncio.create_task(world._turn(cmd.Route("s0-g0-1", "w3", None, True)))
+        world.trajectories.run_turn = run_turn
+        route = asyncio.create_task(world.trajectories.turn(cmd.Route("s0-g0-1", "w3", None, True)))
         await asyncio.sleep(0.01)
         assert not route.done() and not ran  # waiting for the env step
         traj.done = True  # the env step ended the episode
-        world._traj_done(traj)  # settles (already done: emits nothing itself)
+        world.trajectories.traj_done(traj)  # settles (already done: emits nothing itself)
         await route
 
     try:
