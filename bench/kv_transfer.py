@@ -55,7 +55,7 @@ from bench.kv_transfer_tables import (
     table_rows,
 )
 from pearl.runtime.engine import KVPayload
-from pearl.runtime.kv_transfer import get_transport, map_object_store_pages
+from pearl.runtime.transport.kv_transfer import get_transport, map_object_store_pages
 
 
 def make_payload(num_tokens: int) -> KVPayload:
@@ -320,7 +320,7 @@ Rerun: `.venv/bin/python -m bench.kv_transfer` (about 3 minutes here).
 
 ### Shared-memory transport, one node (`cluster.kv_transport: shared_memory`)
 
-The same transfers with `SharedMemoryTransport` (pearl/runtime/shm_transport.py): the sender copies K and V into a segment of its pool (created and touched once, then reused), the handle names it, the receiver maps it (once per segment) and reads zero-copy views, then releases the segment after its copy. No object-store object per transfer.
+The same transfers with `SharedMemoryTransport` (pearl/runtime/transport/shm.py): the sender copies K and V into a segment of its pool (created and touched once, then reused), the handle names it, the receiver maps it (once per segment) and reads zero-copy views, then releases the segment after its copy. No object-store object per transfer.
 
 {SHM_HEADER}
 {chr(10).join(shm_table)}

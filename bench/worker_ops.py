@@ -20,7 +20,7 @@ import time
 
 from bench._md import machine_line, write_section
 from pearl.runtime.engine import SamplingParams
-from pearl.runtime.worker_api import EngineSpec, TurnRequest
+from pearl.runtime.worker.api import EngineSpec, TurnRequest
 
 SPEC = EngineSpec(seed=0, num_kv_blocks=512)
 
@@ -51,7 +51,7 @@ def run(repeats: int) -> dict[str, str]:
 
     from pearl.runtime.snapshots import get_registry, publish_weights
     from pearl.runtime.topology import LocalCluster
-    from pearl.runtime.worker import start_worker
+    from pearl.runtime.worker.rollout_worker import start_worker
 
     out: dict[str, str] = {}
     builds = []

@@ -187,7 +187,7 @@ def _play_ray(script: Script, *, borrow: bool) -> list[str]:
 
     from pearl.runtime.lending import TrainingLending
     from pearl.runtime.run_config import RunConfig
-    from pearl.runtime.worker_api import EngineSpec
+    from pearl.runtime.worker.api import EngineSpec
     from pearl.runtime.world import RayWorld
 
     cfg = RunConfig.model_validate({"cluster": {"park_borrowed_workers": False}})

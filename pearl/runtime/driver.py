@@ -136,7 +136,7 @@ class RunDriver:
         from pearl.runtime.live import LiveView
         from pearl.runtime.snapshots import get_registry
         from pearl.runtime.trainer.actor import start_trainer
-        from pearl.runtime.worker_api import EngineSpec
+        from pearl.runtime.worker.api import EngineSpec
         from pearl.runtime.world import RayWorld
 
         cfg = self.cfg

@@ -66,7 +66,7 @@ def publish_weights(
     """
     import ray
 
-    from pearl.runtime.kv_transfer import encode_tensors, payload_num_bytes
+    from pearl.runtime.transport.kv_transfer import encode_tensors, payload_num_bytes
 
     if version < 0:
         raise ValueError(f"version must not be negative, got {version}")
@@ -105,7 +105,7 @@ def fetch_weights(snapshot: Snapshot) -> dict[str, torch.Tensor]:
     """All tensors of `snapshot` (read-only views on the object store's shared memory)."""
     import ray
 
-    from pearl.runtime.kv_transfer import decode_tensors
+    from pearl.runtime.transport.kv_transfer import decode_tensors
 
     objects = ray.get([ref for _, ref in snapshot.shards])
     out: dict[str, torch.Tensor] = {}

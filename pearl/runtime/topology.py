@@ -372,7 +372,7 @@ class LocalCluster:
         self._cluster.shutdown()
         shutil.rmtree(self._tmp, ignore_errors=True)
         # workers killed with the cluster leave shared-memory KV segments behind
-        from pearl.runtime.shm_transport import sweep_orphaned_segments
+        from pearl.runtime.transport.shm import sweep_orphaned_segments
 
         sweep_orphaned_segments(wait_s=2.0)
 

@@ -30,7 +30,7 @@ from pearl.control import commands as cmd
 from pearl.envs.pool import EnvPool
 from pearl.runtime.lending import TrainingLending
 from pearl.runtime.run_config import RunConfig
-from pearl.runtime.worker_api import (
+from pearl.runtime.worker.api import (
     EngineSpec,
 )
 from pearl.runtime.world_trajectories import RayTrajectories

@@ -27,8 +27,9 @@ from pearl.runtime.engine import ByteTokenizer, SamplingParams
 from pearl.runtime.flights import Flight, Flights
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
-from pearl.runtime.worker_api import (
+from pearl.runtime.worker.api import (
     KV_LOST,
+    NO_VERSION,
     WORKER_LOST,
     TurnRequest,
     TurnResult,
@@ -162,7 +163,7 @@ class RayTrajectories:
             log.exception("turn of %s failed", c.traj_id)
             self.on_record("error", f"turn of {c.traj_id} failed: {err!r}"[:300])
             res = TurnResult(
-                req.traj_id, req.turn, (), (), WORKER_LOST, c.prefill_worker_id,
+                req.traj_id, req.turn, (), (), WORKER_LOST, c.prefill_worker_id, NO_VERSION,
                 error=f"turn failed: {err!r}"[:200],
             )  # fmt: skip
         self.counters["turns"] += 1
@@ -222,6 +223,7 @@ class RayTrajectories:
                 (),
                 WORKER_LOST,
                 c.prefill_worker_id,
+                NO_VERSION,
                 error="worker unknown",
             )
         prefill = None
@@ -236,6 +238,7 @@ class RayTrajectories:
                     (),
                     WORKER_LOST,
                     c.prefill_worker_id,
+                    NO_VERSION,
                     error=repr(err)[:200],
                 )
             if not prefill.needs_decode:

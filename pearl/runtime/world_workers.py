@@ -25,7 +25,7 @@ from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.runtime.parking import ParkingLot, settled
 from pearl.runtime.run_config import RunConfig
-from pearl.runtime.worker_api import EngineSpec
+from pearl.runtime.worker.api import EngineSpec
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -189,7 +189,7 @@ class RayWorkers:
     ) -> Any:
         """Start a worker actor; `released`: its engine allocates nothing on the device
         until activated (a worker pre-started on a training device the trainer holds)."""
-        from pearl.runtime.worker import start_worker
+        from pearl.runtime.worker.rollout_worker import start_worker
 
         spec = replace(self.engine_spec, start_released=True) if released else self.engine_spec
         return start_worker(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from pearl.runtime.engine import SamplingParams
-from pearl.runtime.worker_api import EngineSpec, TurnRequest, TurnResult
+from pearl.runtime.worker.api import EngineSpec, TurnRequest, TurnResult
 
 SPEC = EngineSpec(seed=3, num_kv_blocks=512)
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)

@@ -15,7 +15,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pearl.runtime.kv_transfer import (
+from pearl.runtime.transport.by_name import get_transport
+from pearl.runtime.transport.kv_transfer import (
     InProcessTransport,
     KVLostError,
     ObjectStoreTransport,
@@ -25,7 +26,6 @@ from pearl.runtime.kv_transfer import (
     payload_num_bytes,
     register_transport,
 )
-from pearl.runtime.transports import get_transport
 
 from ._kv_helpers import _Payload, _payload
 
@@ -88,7 +88,7 @@ def test_object_store_handle_is_small_and_picklable() -> None:
     """The handle routes through the driver: it pickles to a few hundred bytes at most."""
     import pickle
 
-    from pearl.runtime.kv_transfer import KVHandle
+    from pearl.runtime.transport.kv_transfer import KVHandle
 
     h = KVHandle("object_store", "t0#1", ("ref-stand-in",), 1 << 30, 4096)
     assert pickle.loads(pickle.dumps(h)) == h

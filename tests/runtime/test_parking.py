@@ -23,7 +23,7 @@ from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.control.state import Role, Zone
 from pearl.runtime.engine import SamplingParams
-from pearl.runtime.worker_api import EngineSpec, TurnRequest, collect_turn
+from pearl.runtime.worker.api import EngineSpec, TurnRequest, collect_turn
 
 SPEC = EngineSpec(seed=5, num_kv_blocks=256)
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
@@ -51,7 +51,7 @@ def test_park_then_activate_keeps_the_process_and_takes_the_new_id(cluster) -> N
     import ray
 
     from pearl.runtime.snapshots import fetch_weights, get_registry, publish_weights
-    from pearl.runtime.worker import start_worker
+    from pearl.runtime.worker.rollout_worker import start_worker
 
     registry = get_registry()
     w = start_worker("old", "colocated", ("t0",), SPEC)

@@ -10,9 +10,9 @@ import pickle
 import pytest
 import torch
 
-from pearl.runtime.kv_transfer import KVLostError
-from pearl.runtime.shm_transport import SharedMemoryTransport, sweep_orphaned_segments
-from pearl.runtime.transports import get_transport
+from pearl.runtime.transport.by_name import get_transport
+from pearl.runtime.transport.kv_transfer import KVLostError
+from pearl.runtime.transport.shm import SharedMemoryTransport, sweep_orphaned_segments
 
 from ._kv_helpers import _payload
 
@@ -99,7 +99,7 @@ def test_workers_disaggregate_through_shared_memory_like_colocated() -> None:
     engine, and the decode side releases every segment it imported (the pool is reused)."""
     import asyncio
 
-    from pearl.runtime.worker import RolloutWorker
+    from pearl.runtime.worker.rollout_worker import RolloutWorker
 
     from ._worker_helpers import SPEC, _colocated_contexts, _multi_turn_disaggregated
 

@@ -19,7 +19,7 @@ import pytest
 from pearl.control.state import Zone
 from pearl.errors import InputError
 from pearl.runtime.engine import ModelConfig, SamplingParams
-from pearl.runtime.worker_api import EngineSpec, TurnRequest, collect_turn
+from pearl.runtime.worker.api import EngineSpec, TurnRequest, collect_turn
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("PEARL_SKIP_VLLM") == "1", reason="PEARL_SKIP_VLLM=1"
@@ -53,7 +53,7 @@ def test_a_vllm_worker_serves_streams_syncs_and_interrupts(cluster) -> None:
     import ray
 
     from pearl.runtime.snapshots import fetch_weights, get_registry, publish_weights
-    from pearl.runtime.worker import start_worker
+    from pearl.runtime.worker.rollout_worker import start_worker
 
     registry = get_registry()
     w = start_worker("v0", "colocated", ("d0",), VLLM)

@@ -12,9 +12,9 @@ import asyncio
 
 from pearl.control.telemetry import TurnRecord
 from pearl.runtime.engine import SamplingParams
-from pearl.runtime.kv_transfer import InProcessTransport
-from pearl.runtime.worker import RolloutWorker
-from pearl.runtime.worker_api import TurnRequest
+from pearl.runtime.transport.kv_transfer import InProcessTransport
+from pearl.runtime.worker.api import TurnRequest
+from pearl.runtime.worker.rollout_worker import RolloutWorker
 
 from ._worker_helpers import (
     GREEDY,

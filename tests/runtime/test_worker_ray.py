@@ -10,6 +10,7 @@ in-process (no Ray) in test_worker_inprocess.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 
@@ -17,7 +18,7 @@ import pytest
 
 from pearl.control.state import Zone
 from pearl.runtime.engine import SamplingParams
-from pearl.runtime.worker_api import EngineSpec, TurnRequest, collect_turn
+from pearl.runtime.worker.api import EngineSpec, TurnRequest, collect_turn
 
 from ._worker_helpers import (
     GREEDY,
@@ -43,7 +44,7 @@ def cluster():
 
 
 def _start(worker_id: str, role: str, gpu: str):
-    from pearl.runtime.worker import start_worker
+    from pearl.runtime.worker.rollout_worker import start_worker
 
     return start_worker(worker_id, role, (gpu,), SPEC)
 
@@ -192,7 +193,7 @@ def test_collect_turn_keeps_streamed_tokens_when_the_worker_dies() -> None:
     """A stream cut by a dead actor gives `worker_lost` with the tokens seen so far (or the
     prefill's tokens when a decode worker died before its first chunk)."""
     ray = pytest.importorskip("ray")
-    from pearl.runtime.worker_api import PrefillResult, TokenChunk
+    from pearl.runtime.worker.api import NO_VERSION, PrefillResult, TokenChunk
 
     req = TurnRequest("t", 1, (1, 2, 3), GREEDY)
     pre = PrefillResult("t", 1, None, (9,), (-0.1,), "prefill", "p", 0)
@@ -207,7 +208,9 @@ def test_collect_turn_keeps_streamed_tokens_when_the_worker_dies() -> None:
 
         return gen()
 
-    chunks = [TokenChunk("t", 1, (9, 4), (-0.1, -0.2)), TokenChunk("t", 1, (5,), (-0.3,))]
+    # the prefill ran on v3; the decode worker synced to v4 between its two chunks
+    pre = dataclasses.replace(pre, weight_version=3)
+    chunks = [TokenChunk("t", 1, (9, 4), (-0.1, -0.2), 3), TokenChunk("t", 1, (5,), (-0.3,), 4)]
     seen = []
     lost = asyncio.run(collect_turn(stream(chunks), req, "d", seen.append, prefill=pre))
     assert (lost.finish_reason, lost.token_ids, lost.logprobs) == (
@@ -216,6 +219,11 @@ def test_collect_turn_keeps_streamed_tokens_when_the_worker_dies() -> None:
         (-0.1, -0.2, -0.3),
     )
     assert seen == chunks and lost.interrupted and lost.worker_id == "d"
+    # the kept prefix names the oldest weights that generated any of it, never a default
+    assert lost.weight_version == 3
+    late = asyncio.run(collect_turn(stream(chunks[1:]), req, "d"))
+    assert (late.token_ids, late.weight_version) == ((5,), 4)
     early = asyncio.run(collect_turn(stream([]), req, "d", prefill=pre))
-    assert (early.token_ids, early.logprobs) == ((9,), (-0.1,))
-    assert asyncio.run(collect_turn(stream([]), req, "d")).token_ids == ()
+    assert (early.token_ids, early.logprobs, early.weight_version) == ((9,), (-0.1,), 3)
+    none = asyncio.run(collect_turn(stream([]), req, "d"))
+    assert (none.token_ids, none.weight_version) == ((), NO_VERSION)

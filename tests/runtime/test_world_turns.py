@@ -9,7 +9,7 @@ from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
-from pearl.runtime.worker_api import EngineSpec
+from pearl.runtime.worker.api import EngineSpec
 from pearl.runtime.world import RayWorld
 
 
@@ -67,7 +67,7 @@ def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
     """Split turn w0 -> w1; the controller interrupts w0 while w1 is decoding: w1 is told to
     abort that request; if the turn still comes back complete it is kept as a whole
     prefix, and the next route finishes it without generating (no second env step)."""
-    from pearl.runtime.worker_api import TurnResult as TR
+    from pearl.runtime.worker.api import TurnResult as TR
 
     events = []
     world = _world(events)

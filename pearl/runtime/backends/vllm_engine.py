@@ -1,4 +1,4 @@
-"""vLLM as a rollout-engine backend (`EngineBackend`, `pearl.runtime.backends.base`).
+"""vLLM as a rollout-engine backend (`EngineBackend`, `pearl.runtime.backends.interface`).
 
 `VllmEngine` drives vLLM's step-level `LLMEngine` (V1) in this process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so one rollout worker actor holds one engine, as it
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from pearl.errors import InputError
-from pearl.runtime.backends.base import BACKENDS, Capabilities, StepTelemetry
+from pearl.runtime.backends.interface import BACKENDS, Capabilities, StepTelemetry
 from pearl.runtime.engine.errors import EngineReleased, RequestRejected, check_request
 from pearl.runtime.engine.sampling import SamplingParams
 from pearl.runtime.engine.sequence import RequestOutput

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from pearl.errors import InputError
-from pearl.runtime.backends.base import BACKENDS, Capabilities, StepTelemetry
+from pearl.runtime.backends.interface import BACKENDS, Capabilities, StepTelemetry
 from pearl.runtime.engine.checkpoint import load_checkpoint, normalize_state_dict
 from pearl.runtime.engine.errors import EngineReleased, RequestRejected, check_request
 from pearl.runtime.engine.kv_cache import BlockManager

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from pearl.runtime.backends.base import StepTelemetry
+from pearl.runtime.backends.interface import StepTelemetry
 from pearl.runtime.engine.kv_cache import BlockManager
 from pearl.runtime.engine.sequence import SeqStatus, Sequence
 

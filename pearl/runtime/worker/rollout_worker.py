@@ -32,9 +32,9 @@ Bad requests (too long for the context limit, wrong role, worker draining, parke
 get an error result; they never crash the actor. Telemetry (`TurnRecord` per finished or
 interrupted turn, `WorkerStepRecord` per engine step) is collected with `telemetry()`.
 
-The actor is composed of parts over one `WorkerCore` (`pearl.runtime.worker_loop`): this
-module holds admission and the serving calls; the `StepLoop` (`pearl.runtime.worker_loop`)
-steps the engine and answers turns; `WorkerControl` (`pearl.runtime.worker_control`)
+The actor is composed of parts over one `WorkerCore` (`pearl.runtime.worker.loop`): this
+module holds admission and the serving calls; the `StepLoop` (`pearl.runtime.worker.loop`)
+steps the engine and answers turns; `WorkerControl` (`pearl.runtime.worker.control`)
 carries out the control calls, which the actor forwards to it (a Ray actor's remote calls
 are its own methods).
 """
@@ -49,12 +49,11 @@ from typing import Any
 
 from pearl.control.state import Role
 from pearl.runtime.engine import RequestRejected
-from pearl.runtime.kv_transfer import KVLostError, Transport
 from pearl.runtime.snapshots import REGISTRY_NAME, Snapshot
-from pearl.runtime.telemetry_sink import StepProbe, TelemetrySink
 from pearl.runtime.topology import current_node_id, worker_options
-from pearl.runtime.transports import get_transport
-from pearl.runtime.worker_api import (
+from pearl.runtime.transport.by_name import get_transport
+from pearl.runtime.transport.kv_transfer import KVLostError, Transport
+from pearl.runtime.worker.api import (
     ERROR,
     INTERRUPTED,
     KV_LOST,
@@ -65,8 +64,9 @@ from pearl.runtime.worker_api import (
     TurnResult,
     WorkerStatus,
 )
-from pearl.runtime.worker_control import WorkerControl
-from pearl.runtime.worker_loop import StepLoop, WorkerCore, _Live
+from pearl.runtime.worker.control import WorkerControl
+from pearl.runtime.worker.loop import StepLoop, WorkerCore, _Live
+from pearl.runtime.worker.telemetry_sink import StepProbe, TelemetrySink
 
 
 class RolloutWorker:
@@ -176,7 +176,7 @@ class RolloutWorker:
         """Stream a turn: `TokenChunk`s of new tokens; the last one carries the result."""
         live = await self._admit(request, prefill)
         if isinstance(live, TurnResult):
-            yield TokenChunk(request.traj_id, request.turn, (), (), live)
+            yield TokenChunk(request.traj_id, request.turn, (), (), live.weight_version, live)
             return
         finished = False
         try:

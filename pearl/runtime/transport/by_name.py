@@ -1,11 +1,11 @@
 """KV transports by name: the built-in ones (`object_store`, `in_process` in
-`pearl.runtime.kv_transfer`, `shared_memory` in `pearl.runtime.shm_transport`) and any
+`pearl.runtime.transport.kv_transfer`, `shared_memory` in `pearl.runtime.transport.shm`) and any
 registered with `register_transport`."""
 
 from __future__ import annotations
 
-import pearl.runtime.shm_transport  # noqa: F401 - registers the shared-memory transport
-from pearl.runtime.kv_transfer import Transport, registered_transports
+import pearl.runtime.transport.shm  # noqa: F401 - registers the shared-memory transport
+from pearl.runtime.transport.kv_transfer import Transport, registered_transports
 
 
 def get_transport(name: str) -> Transport:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pearl.runtime.kv_transfer import (
+from pearl.runtime.transport.kv_transfer import (
     KVHandle,
     KVLostError,
     _walk,

@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 
 from pearl.control.telemetry import TurnRecord
 from pearl.runtime.engine import ModelConfig, SamplingParams
-from pearl.runtime.kv_transfer import KVHandle
+from pearl.runtime.transport.kv_transfer import KVHandle
 
 #: finish reasons a turn can end with, besides the engine's own ("stop", "length",
 #: "context_limit"): cut by `interrupt()`/`release()`, the worker died, the KV of a
 #: disaggregated turn was lost in transit, or the request was refused.
 INTERRUPTED = "interrupted"
+NO_VERSION = -1  # a result that carries no generated tokens names no weight version
 WORKER_LOST = "worker_lost"
 KV_LOST = "kv_lost"
 ERROR = "error"
@@ -134,7 +135,9 @@ class TurnResult:
     logprobs: tuple[float, ...]
     finish_reason: str
     worker_id: str
-    weight_version: int = 0
+    # the weights that generated `token_ids` (the version at the turn's end; a turn whose
+    # worker died: the oldest version any streamed chunk came from); NO_VERSION: no tokens
+    weight_version: int
     error: str | None = None
     record: TurnRecord | None = None
 
@@ -217,12 +220,14 @@ class PrefillResult:
 
 @dataclass(frozen=True)
 class TokenChunk:
-    """A piece of a streamed turn: new tokens; the last chunk has `result` set."""
+    """A piece of a streamed turn: new tokens, generated with weights `weight_version`;
+    the last chunk has `result` set."""
 
     traj_id: str
     turn: int
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
+    weight_version: int
     result: TurnResult | None = None
 
     @property
@@ -265,11 +270,16 @@ async def collect_turn(
 
     tokens: list[int] = []
     logprobs: list[float] = []
+    versions: list[int] = []  # of the chunks that carried tokens
+    if prefill is not None and prefill.token_ids:
+        versions.append(prefill.weight_version)  # the decode side's first chunk repeats them
     try:
         async for ref in stream:
             chunk: TokenChunk = await ref
             tokens.extend(chunk.token_ids)
             logprobs.extend(chunk.logprobs)
+            if chunk.token_ids:
+                versions.append(chunk.weight_version)
             if on_chunk is not None:
                 on_chunk(chunk)
             if chunk.result is not None:
@@ -285,6 +295,7 @@ async def collect_turn(
             tuple(logprobs),
             WORKER_LOST,
             worker_id,
+            min(versions) if tokens and versions else NO_VERSION,
             error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
         )
 

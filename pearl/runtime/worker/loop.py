@@ -2,7 +2,7 @@
 
 `WorkerCore` is what a rollout worker's parts share (identity, role, engine, transport,
 telemetry, the lock, the table of live turns, admission flags); `StepLoop` is the part of
-`RolloutWorker` (pearl/runtime/worker.py) that steps the engine and answers turns. One engine
+`RolloutWorker` (pearl/runtime/worker/rollout_worker.py) that steps the engine and answers turns. One engine
 step at a time runs in a thread under the worker's lock (control calls get in between two
 steps); a finished prefill exports its KV through the transport; each step's new tokens are
 streamed to the turn's caller as `TokenChunk`s, and a finished or aborted turn is answered
@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pearl.control.state import Role
-from pearl.runtime.kv_transfer import Transport
-from pearl.runtime.telemetry_sink import StepProbe, TelemetrySink, record_turn
-from pearl.runtime.worker_api import (
+from pearl.runtime.transport.kv_transfer import Transport
+from pearl.runtime.worker.api import (
     ERROR,
     INTERRUPTED,
     PrefillResult,
@@ -27,6 +26,7 @@ from pearl.runtime.worker_api import (
     TurnRequest,
     TurnResult,
 )
+from pearl.runtime.worker.telemetry_sink import StepProbe, TelemetrySink, record_turn
 
 if TYPE_CHECKING:
     from pearl.runtime.engine import LLMEngine
@@ -149,7 +149,11 @@ class StepLoop:
         if new:
             live.chunks.put_nowait(
                 TokenChunk(
-                    live.request.traj_id, live.request.turn, new, logprobs[live.num_streamed :]
+                    live.request.traj_id,
+                    live.request.turn,
+                    new,
+                    logprobs[live.num_streamed :],
+                    self.core.engine.weight_version,
                 )
             )
             live.num_streamed = len(tokens)
@@ -183,7 +187,12 @@ class StepLoop:
         tail = tokens[live.num_streamed :]
         live.chunks.put_nowait(
             TokenChunk(
-                req.traj_id, req.turn, tuple(tail), tuple(logprobs[live.num_streamed :]), result
+                req.traj_id,
+                req.turn,
+                tuple(tail),
+                tuple(logprobs[live.num_streamed :]),
+                result.weight_version,
+                result,
             )
         )
         live.num_streamed = len(tokens)

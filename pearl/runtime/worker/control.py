@@ -1,6 +1,6 @@
 """Control calls of a rollout worker: role, drain, interrupt, device state, weights, parking.
 
-`WorkerControl` is the part of `RolloutWorker` (pearl/runtime/worker.py) that carries out
+`WorkerControl` is the part of `RolloutWorker` (pearl/runtime/worker/rollout_worker.py) that carries out
 the control calls over the worker's shared `WorkerCore`, answering aborted turns through
 the `StepLoop`; the actor forwards each call to it. Every call that touches the
 engine takes the worker's lock, so it runs between two engine steps (paper §4.4: role
@@ -18,8 +18,8 @@ import time
 from pearl.control.state import Role
 from pearl.runtime.engine import RequestRejected
 from pearl.runtime.snapshots import Snapshot, fetch_weights
-from pearl.runtime.worker_api import INTERRUPTED, TurnResult
-from pearl.runtime.worker_loop import StepLoop, WorkerCore
+from pearl.runtime.worker.api import INTERRUPTED, TurnResult
+from pearl.runtime.worker.loop import StepLoop, WorkerCore
 
 
 class WorkerControl:

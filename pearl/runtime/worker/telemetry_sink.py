@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pearl.control.telemetry import TurnRecord, WorkerStepRecord, turn_record
-from pearl.runtime.backends.base import StepTelemetry
+from pearl.runtime.backends.interface import StepTelemetry
 
 
 class StepProbe:

@@ -327,7 +327,7 @@ _TRANSPORTS: dict[str, type] = {
 
 
 def register_transport(cls: type) -> type:
-    """Make a transport class (with a `name` attribute) available to `pearl.runtime.transports.get_transport`, e.g.
+    """Make a transport class (with a `name` attribute) available to `pearl.runtime.transport.by_name.get_transport`, e.g.
     a device-to-device one (NCCL, NIXL) on GPU clusters. Usable as a class decorator."""
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
@@ -340,7 +340,7 @@ def register_transport(cls: type) -> type:
 
 
 def registered_transports() -> dict[str, type]:
-    """The transport classes registered so far, by name (see `pearl.runtime.transports`)."""
+    """The transport classes registered so far, by name (see `pearl.runtime.transport.by_name`)."""
     return dict(_TRANSPORTS)
 
 
