@@ -11,6 +11,13 @@ finishes, on the worker it was routed to, with a telemetry record; the drain com
 after the turns it waited for; nothing is left unanswered; and a command the world has no
 handler for is an error in both.
 
+A third script reclaims a preemptible GPU in the middle of a route: the trajectory is
+routed to the worker there and, in the same breath (before the world has run anything),
+the worker is interrupted and stopped and its GPU released to the provider, as the
+controller does on a reclaim (or, in a variant, only interrupted). Both worlds must answer with the trajectory interrupted on
+that worker, and its resumed turn (a full prefill) must finish on the surviving worker;
+the reclaimed worker serves nothing.
+
 A second script borrows a training GPU: the trainer's state is offloaded, the worker starts
 on the training GPU and serves, then is drained and stopped, the GPU is released to
 training and the trainer restores onto it. Both worlds must answer the same way and end
@@ -28,7 +35,7 @@ import pytest
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
-from pearl.control.state import ClusterState, Role, Zone
+from pearl.control.state import ClusterState, Gpu, Role, Zone
 
 TRAJS = ("s0-g0-0", "s0-g0-1")
 
@@ -83,6 +90,63 @@ class Script:
     @property
     def done(self) -> bool:
         return self.stopped and (self.restored or not self.borrow)
+
+
+class ReclaimScript:
+    """The reclaim script (see the module doc): `w1` on a dedicated GPU, `w0` on the
+    preemptible GPU once it is offered; one trajectory, routed to `w0` as `w0` is reclaimed."""
+
+    TRAJ = "s0-g0-0"
+
+    def __init__(self, dedicated: str, preemptible: str, *, reclaim: bool = True) -> None:
+        self.dedicated, self.preemptible = dedicated, preemptible
+        self.reclaim = reclaim  # False: interrupt only (the worker stays, idle)
+        self.seen: list[Any] = []
+        self.ready: set[str] = set()
+        self.routed = self.resumed = self.done = False
+        self._state = ClusterState()
+
+    @property
+    def state(self) -> ClusterState:
+        return self._state
+
+    def handle(self, e: Any) -> list[cmd.Command]:
+        self.seen.append(e)
+        if isinstance(e, ev.Started):
+            return [cmd.InitWorker("w1", (self.dedicated,), Role.COLOCATED, "g1")]
+        if isinstance(e, ev.GpusOffered) and self.preemptible in [g.gpu_id for g in e.gpus]:
+            return [cmd.InitWorker("w0", (self.preemptible,), Role.COLOCATED, "g0")]
+        if isinstance(e, ev.WorkerReady) and e.worker_id not in self.ready:
+            self.ready.add(e.worker_id)
+            out: list[cmd.Command] = [cmd.AdmitGroup(f"g{e.worker_id[1:]}", (e.worker_id,))]
+            if self.ready == {"w0", "w1"}:
+                out.append(cmd.StartRolloutBatch(0, (self.TRAJ,)))
+            return out
+        if isinstance(e, ev.TrajectoryReady) and not self.routed:
+            self.routed = True
+            out = [cmd.Route(self.TRAJ, "w0", None), cmd.Interrupt("w0")]
+            if self.reclaim:  # before the world ran the route
+                out += [cmd.StopWorker("w0"), cmd.ReleaseGpus((self.preemptible,), to="provider")]
+            return out
+        if isinstance(e, ev.RequestInterrupted) and not self.resumed:
+            self.resumed = True
+            return [cmd.Route(self.TRAJ, "w1", None, full_prefill=True)]
+        if isinstance(e, ev.TurnFinished) and e.worker_id == "w1":
+            self.done = True
+        return []
+
+
+def _check_reclaim(seen: list[Any]) -> None:
+    kinds = [type(e).__name__ for e in seen]
+    (cut,) = [i for i, e in enumerate(seen) if isinstance(e, ev.RequestInterrupted)]
+    assert (seen[cut].traj_id, seen[cut].worker_id) == (ReclaimScript.TRAJ, "w0"), kinds
+    turns = [(i, e) for i, e in enumerate(seen) if isinstance(e, ev.TurnFinished)]
+    assert turns and all(e.worker_id == "w1" for _, e in turns), kinds  # w0 served nothing
+    i, first = turns[0]
+    assert cut < i and first.traj_id == ReclaimScript.TRAJ
+    assert first.record is not None and first.record.prefill_worker == "w1"
+    assert first.record.resumed and first.record.decode_tokens >= 1
+    assert "WorkerInitFailed" not in kinds
 
 
 def _check_contract(seen: list[Any]) -> None:
@@ -150,6 +214,21 @@ def test_simulated_world_lends_and_restores_a_training_gpu() -> None:
     assert world.trainer.home
 
 
+@pytest.mark.parametrize("reclaim", [True, False], ids=["reclaim", "interrupt-only"])
+def test_simulated_world_interrupts_a_reclaimed_route_and_resumes_it(reclaim: bool) -> None:
+    from pearl.sim.config import SimConfig
+    from pearl.sim.driver import Driver
+    from pearl.sim.playback import TraceAction
+    from pearl.sim.world import World
+
+    world = World(SimConfig(), [TraceAction(0.0, "offer", ("p0",))], borrowing=False)
+    script = ReclaimScript(world.dedicated[0].gpu_id, "p0", reclaim=reclaim)
+    Driver(world, script).run(3600.0, stop=lambda: script.done)
+    assert script.done, [type(e).__name__ for e in script.seen]
+    _check_reclaim(script.seen)
+    assert ("p0" in world.gpus) is not reclaim  # released to the provider
+
+
 # -- the Ray runtime ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster():
@@ -160,6 +239,7 @@ def cluster():
     c = LocalCluster(head_cpus=1)
     c.add_node("dedicated", Zone.DEDICATED, ["d0"])
     c.add_node("training", Zone.OVERLAP, ["t0"])
+    c.add_node("spot", Zone.PREEMPTIBLE, ["p0"])
     c.connect()
     yield c
     c.shutdown()
@@ -181,7 +261,7 @@ class _Trainer:
         return list(self.calls)
 
 
-def _play_ray(script: Script, *, borrow: bool) -> list[str]:
+def _play_ray(script: Any, *, borrow: bool, offer: tuple[str, ...] = ()) -> list[str]:
     """Play `script` against a RayWorld; returns the trainer's calls (borrow only)."""
     import ray
 
@@ -223,6 +303,9 @@ def _play_ray(script: Script, *, borrow: bool) -> list[str]:
         pump = asyncio.get_running_loop().create_task(world.trajectories.pump_env())
         try:
             queue.put_nowait(ev.Started(0.0))
+            if offer:  # what the cluster watcher reports for a preemptible node
+                gpus = tuple(Gpu(g, Zone.PREEMPTIBLE, node="spot") for g in offer)
+                queue.put_nowait(ev.GpusOffered(0.0, gpus, None))
             deadline = time.monotonic() + 180.0
             while not script.done and time.monotonic() < deadline:
                 try:
@@ -255,3 +338,11 @@ def test_ray_world_lends_and_restores_a_training_slot(cluster) -> None:
     calls = _play_ray(script, borrow=True)
     _check_borrow(script.seen, "t0")
     assert calls == ["release", "restore"]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("reclaim", [True, False], ids=["reclaim", "interrupt-only"])
+def test_ray_world_interrupts_a_reclaimed_route_and_resumes_it(cluster, reclaim: bool) -> None:
+    script = ReclaimScript("d0", "p0", reclaim=reclaim)
+    _play_ray(script, borrow=False, offer=("p0",))
+    _check_reclaim(script.seen)

@@ -10,6 +10,10 @@ that true:
   there otherwise); a cancelled turn that still came back complete is kept as an
   interrupted turn's prefix (`RuntimeTrajectory.partial_complete`), so the next route
   finishes it without generating more;
+* a route is `reserve`d when the command arrives, before its turn can begin (it may wait
+  for the trajectory to settle, or for the event loop): an interrupt of its worker in the
+  meantime cancels it, and the turn never starts (it is answered as interrupted with the
+  prefix it had);
 * one trajectory never has two turns, or a turn and an environment step, in flight: a route
   waits until the trajectory is `settle`d (its turn interrupted, its environment step
   answered, or its episode over).
@@ -43,7 +47,22 @@ class Flights:
     def __init__(self, handle_of: Callable[[str], Any]) -> None:
         self._handle_of = handle_of
         self._flights: dict[str, Flight] = {}
+        self._reserved: dict[str, list[Flight]] = {}  # routes accepted, turns not begun
         self._busy: dict[str, asyncio.Future] = {}
+
+    def reserve(self, traj_id: str, prefill_worker: str, decode_worker: str) -> Flight:
+        """A route has arrived; its turn begins later (`begin`) unless cancelled first."""
+        flight = Flight("", prefill_worker, decode_worker)
+        self._reserved.setdefault(traj_id, []).append(flight)
+        return flight
+
+    def unreserve(self, traj_id: str, flight: Flight) -> None:
+        """The route's turn begins now or never: it is no longer only reserved."""
+        pending = self._reserved.get(traj_id, [])
+        if flight in pending:
+            pending.remove(flight)
+        if not pending:
+            self._reserved.pop(traj_id, None)
 
     async def wait_idle(self, traj_id: str) -> None:
         """Return when the trajectory has no turn and no environment step in flight."""
@@ -71,6 +90,11 @@ class Flights:
     def cancel_on(self, worker_id: str) -> list[str]:
         """Cancel every turn routed through `worker_id`; returns their trajectory ids."""
         hit = []
+        for traj_id, pending in self._reserved.items():  # nothing runs on a worker yet
+            for fl in pending:
+                if not fl.cancelled and worker_id in fl.workers:
+                    fl.cancelled = True
+                    hit.append(traj_id)
         for traj_id, fl in self._flights.items():
             if fl.cancelled or worker_id not in fl.workers:
                 continue

@@ -28,6 +28,7 @@ from pearl.runtime.flights import Flight, Flights
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
 from pearl.runtime.worker.api import (
+    INTERRUPTED,
     KV_LOST,
     NO_VERSION,
     WORKER_LOST,
@@ -96,13 +97,26 @@ class RayTrajectories:
         n = self.num_tasks or 1000
         return random.Random(f"{self.cfg.seed}:{step}:{group}").randrange(n)
 
-    def route(self, c: cmd.Route) -> None:
-        self.spawn(self.turn(c))
+    def route(self, c: cmd.Route) -> asyncio.Task:
+        """Run the routed turn (a task); reserved now, so that an interrupt of its workers
+        before the task begins still reaches it (`Flights`)."""
+        dec_id = c.decode_worker_id or c.prefill_worker_id
+        return self.spawn(
+            self.turn(c, self.flights.reserve(c.traj_id, c.prefill_worker_id, dec_id))
+        )
 
-    async def turn(self, c: cmd.Route) -> None:
+    async def turn(self, c: cmd.Route, flight: Flight) -> None:
         await self.flights.wait_idle(c.traj_id)
+        self.flights.unreserve(c.traj_id, flight)
         traj = self.trajs.get(c.traj_id)
         if traj is None:
+            return
+        if flight.cancelled:  # its worker was interrupted or stopped before the turn began
+            res = TurnResult(
+                c.traj_id, traj.num_turns, (), (), INTERRUPTED, c.prefill_worker_id, NO_VERSION
+            )
+            traj.keep_partial((), (), NO_VERSION)  # counts the interruption; nothing to keep
+            self._interrupted(c, res, traj, "cancelled by the controller before it began")
             return
         if traj.done:  # its episode ended while this route waited: close it in the book
             self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
@@ -155,8 +169,8 @@ class RayTrajectories:
             resumed=c.full_prefill and traj.num_interrupts > 0,
             t_queued_s=time.time(),
         )
-        dec_id = c.decode_worker_id or c.prefill_worker_id
-        self.flights.begin(c.traj_id, Flight(req.request_id, c.prefill_worker_id, dec_id))
+        flight.request_id = req.request_id
+        self.flights.begin(c.traj_id, flight)
         try:
             res = await self.run_turn(req, c)
         except Exception as err:  # noqa: BLE001 - never strand a trajectory: it is retried
@@ -167,9 +181,9 @@ class RayTrajectories:
                 error=f"turn failed: {err!r}"[:200],
             )  # fmt: skip
         self.counters["turns"] += 1
-        flight = self.flights.land(c.traj_id)
+        landed = self.flights.land(c.traj_id)
         ended = res.interrupted or res.error is not None
-        if flight is not None and flight.cancelled and not ended:
+        if landed is not None and landed.cancelled and not ended:
             # the controller interrupted it after it had finished: keep it as a whole prefix
             traj.keep_partial(res.token_ids, res.logprobs, res.weight_version)
             traj.partial_complete = True

@@ -39,10 +39,10 @@ class ControllerLike(Protocol):
 class CommandTable:
     """Command type -> the world component's method that carries it out."""
 
-    def __init__(self, handlers: dict[type, Callable[[Any], None]]) -> None:
+    def __init__(self, handlers: dict[type, Callable[[Any], object]]) -> None:
         self.handlers = dict(handlers)
 
-    def add(self, kind: type, handler: Callable[[Any], None]) -> None:
+    def add(self, kind: type, handler: Callable[[Any], object]) -> None:
         self.handlers[kind] = handler
 
     def __call__(self, command: Any) -> None:

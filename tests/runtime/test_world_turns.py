@@ -31,7 +31,11 @@ def test_a_turn_that_raises_comes_back_as_an_interruption():
             raise AttributeError("a bug in the turn path")
 
         world.trajectories.run_turn = broken
-        asyncio.run(world.trajectories.turn(cmd.Route("s0-g0-0", "w0", "w1")))
+
+        async def go():
+            await world.trajectories.route(cmd.Route("s0-g0-0", "w0", "w1"))
+
+        asyncio.run(go())
     finally:
         world.env.shutdown()
     assert [type(e) for e in events] == [ev.RequestInterrupted]
@@ -88,12 +92,10 @@ def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
             return TR(req.traj_id, req.turn, (65, 66), (-0.1, -0.2), "stop", "w1", 4)
 
         world.trajectories.run_turn = run_turn
-        first = asyncio.create_task(world.trajectories.turn(cmd.Route("s0-g0-0", "w0", "w1")))
+        first = world.trajectories.route(cmd.Route("s0-g0-0", "w0", "w1"))
         await asyncio.sleep(0)
         world.execute(cmd.Interrupt("w0"))  # the book interrupts s0-g0-0 now
-        second = asyncio.create_task(
-            world.trajectories.turn(cmd.Route("s0-g0-0", "w2", None, True))
-        )
+        second = world.trajectories.route(cmd.Route("s0-g0-0", "w2", None, True))
         await asyncio.sleep(0)
         gate.set()
         await first
@@ -110,6 +112,50 @@ def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
     assert [type(e).__name__ for e in events] == ["RequestInterrupted", "TurnFinished"]
     assert traj.num_turns == 1 and traj.token_ids[-2:] == [65, 66]
     assert traj.partial_ids == [] and not traj.partial_complete
+
+
+def test_a_route_interrupted_before_its_turn_began_never_runs():
+    """Route to w0 and Interrupt w0 in one breath (the controller may do both before the
+    event loop runs the route's task): the turn never starts on w0, it is answered as
+    interrupted, and the controller's next route (a full prefill on w1) runs it."""
+    from pearl.runtime.worker.api import TurnResult as TR
+
+    events, records = [], []
+    world = _world(events, records)
+    world.workers.update({"w0": _FakeHandle(), "w1": _FakeHandle()})
+    calls, steps = [], []
+    world.env.submit_step = lambda tid, text: steps.append((tid, text))
+
+    async def scenario():
+        traj = RuntimeTrajectory("s0-g0-2", 0, 0, 2)
+        traj.add_context([1, 2, 3])
+        world.trajectories.trajs[traj.traj_id] = traj
+
+        async def run_turn(req, c):
+            calls.append((req.request_id, c.prefill_worker_id, req.resumed))
+            return TR(req.traj_id, req.turn, (67,), (-0.1,), "stop", c.prefill_worker_id, 2)
+
+        world.trajectories.run_turn = run_turn
+        first = world.trajectories.route(cmd.Route("s0-g0-2", "w0", None))
+        world.execute(cmd.Interrupt("w0"))  # before `first` has run at all
+        await first
+        assert [type(e).__name__ for e in events] == ["RequestInterrupted"]
+        await world.trajectories.route(cmd.Route("s0-g0-2", "w1", None, True))
+        return traj
+
+    try:
+        traj = asyncio.run(scenario())
+    finally:
+        world.env.shutdown()
+    assert calls == [("s0-g0-2#0", "w1", True)]  # w0 never saw it
+    assert [(type(e).__name__, e.worker_id) for e in events] == [
+        ("RequestInterrupted", "w0"),
+        ("TurnFinished", "w1"),
+    ]
+    assert events[0].generated_tokens == 0 and steps == [("s0-g0-2", "C")]
+    kinds = [k for k, _ in records]
+    assert kinds.count("interrupt") == 1 and kinds.count("resume") == 1
+    assert traj.num_turns == 1 and traj.versions[-1] == 2
 
 
 def test_a_route_waits_for_the_env_step_and_closes_a_finished_episode():
@@ -129,7 +175,7 @@ def test_a_route_waits_for_the_env_step_and_closes_a_finished_episode():
             ran.append(req.request_id)
 
         world.trajectories.run_turn = run_turn
-        route = asyncio.create_task(world.trajectories.turn(cmd.Route("s0-g0-1", "w3", None, True)))
+        route = world.trajectories.route(cmd.Route("s0-g0-1", "w3", None, True))
         await asyncio.sleep(0.01)
         assert not route.done() and not ran  # waiting for the env step
         traj.done = True  # the env step ended the episode
