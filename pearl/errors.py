@@ -34,6 +34,18 @@ class InputError(ValueError):
         return f"{where}: {what}{self.message}"
 
 
+class PathError(ValueError):
+    """A document (a state, a trace) that breaks an invariant at `path`, a JSON path such as
+    `changes[3].time_s`, in its `field`. Loaders turn it into an `InputError` naming the
+    file."""
+
+    def __init__(self, message: str, path: str = "", field: str | None = None) -> None:
+        self.path = path
+        self.field = field
+        self.message = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
 def read_text(path: object) -> str:
     """A file's text; a missing or unreadable file is an `InputError` naming it."""
     from pathlib import Path

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from pearl.errors import PathError
+
 
 class Zone(StrEnum):
     """Where a GPU lives. `overlap` is a training GPU that rollout may borrow while idle."""
@@ -39,14 +41,8 @@ class Status(StrEnum):
     DRAINING = "draining"
 
 
-class StateError(ValueError):
+class StateError(PathError):
     """A state that breaks an invariant. `path` is a JSON path to the offending part."""
-
-    def __init__(self, message: str, path: str = "", field: str | None = None) -> None:
-        self.path = path
-        self.field = field
-        self.message = message
-        super().__init__(f"{path}: {message}" if path else message)
 
 
 @dataclass(frozen=True, slots=True)

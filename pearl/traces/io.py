@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pearl.errors import InputError
+from pearl.errors import InputError, read_json, read_text
 from pearl.traces.model import AvailabilityTrace, Change, TraceError
 
 FORMAT = "pearl-trace/1"
@@ -42,7 +42,7 @@ def read_trace_file(path: Path) -> AvailabilityTrace:
 
 
 def load_json_trace(path: Path) -> AvailabilityTrace:
-    doc = _parse_json(path)
+    doc = read_json(path)
     try:
         return trace_from_json(doc)
     except TraceError as err:
@@ -133,29 +133,6 @@ def _number(doc: dict[str, Any], key: str, where: str, *, required: bool) -> Any
     return float(v)
 
 
-def _parse_json(path: Path) -> Any:
-    text = _read(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(
-            str(path), f"not valid JSON: {err.msg}", location=f"line {err.lineno}"
-        ) from None
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found") from None
-    except IsADirectoryError:
-        raise InputError(str(path), "is a directory, not a trace file") from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "not a text file") from None
-    except OSError as err:
-        raise InputError(str(path), f"cannot read: {err.strerror}") from None
-
-
 def load_event_csv(
     path: Path, *, reclaim_notice_s: float = CSV_RECLAIM_NOTICE_S
 ) -> AvailabilityTrace:
@@ -164,7 +141,7 @@ def load_event_csv(
     alive: set[str] = set()
     points: list[tuple[float, int]] = []
     last_ms = 0.0
-    for lineno, line in enumerate(_read(path).splitlines(), 1):
+    for lineno, line in enumerate(read_text(path).splitlines(), 1):
         row = line.strip()
         if not row or row.startswith("#"):
             continue

@@ -26,17 +26,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from pearl.errors import PathError
+
 ID_PREFIX = "pre"
 
 
-class TraceError(ValueError):
+class TraceError(PathError):
     """A trace that breaks an invariant; `path` is a JSON path (e.g. `changes[3].time_s`)."""
-
-    def __init__(self, message: str, path: str = "", field: str | None = None) -> None:
-        self.path = path
-        self.field = field
-        self.message = message
-        super().__init__(f"{path}: {message}" if path else message)
 
 
 @dataclass(frozen=True, slots=True)
