@@ -50,6 +50,9 @@ def _config_lines(cfg: dict[str, Any]) -> list[str]:
         ("batch (B) / group", _pair(get("rollout", "batch_size"), get("rollout", "group_size"))),
         ("training steps", get("trainer", "num_steps")),
         ("policy", get("controller", "policy")),
+        ("engine backend", get("engine", "backend")),
+        ("PD modes allowed", ", ".join(get("controller", "modes") or []) or None),
+        ("KV transport", get("cluster", "kv_transport")),
         (
             "device slots (dedicated / training)",
             _pair(  # run dirs written before the shared names use the old ones

@@ -72,6 +72,7 @@ class RayWorld:
             "resumes": 0,
             "init_failures": 0,
             "turns": 0,
+            "kv_handoffs": 0,  # turns whose KV crossed from a prefill to a decode worker
             "parks": 0,
             "activations": 0,
         }

@@ -257,6 +257,7 @@ class RayTrajectories:
                 )
             if not prefill.needs_decode:
                 return prefill.as_turn_result()
+            self.counters["kv_handoffs"] += 1  # the KV leaves the prefill worker
         stream: Any = dec_h.serve.options(num_returns="streaming").remote(req, prefill)
         res = await collect_turn(stream, req, dec_id, prefill=prefill)
         if res.finish_reason == KV_LOST and prefill is not None:

@@ -37,13 +37,15 @@ def _lines(path: Path) -> list[dict]:
 
 
 @pytest.fixture(
-    scope="module", params=["colocated", "disaggregated", "disaggregated-shm", "vllm-colocated"]
+    scope="module",
+    params=["colocated", "disaggregated", "disaggregated-shm", "vllm-disaggregated"],
 )
 def run_dir(request, tmp_path_factory):
     """One chaos run per PD mode family: the engine's free choice (colocated on a CPU) and
     the disaggregated mode pinned (prefill -> KV transfer -> decode under the same chaos),
     with KV through the object store and through shared memory; and the same chaos with
-    every rollout worker on vLLM (colocated, its only mode)."""
+    every rollout worker on vLLM, disaggregated (KV out of one vLLM engine and into
+    another through PEARL's KV connector and the object store)."""
     import os
 
     from pearl.runtime.driver import run
@@ -51,7 +53,7 @@ def run_dir(request, tmp_path_factory):
     vllm = request.param.startswith("vllm")
     if vllm and os.environ.get("PEARL_SKIP_VLLM") == "1":
         pytest.skip("PEARL_SKIP_VLLM=1")
-    disagg = request.param.startswith("disaggregated")
+    disagg = request.param.endswith(("disaggregated", "shm"))
     transport = "shared_memory" if request.param.endswith("shm") else "object_store"
     d = tmp_path_factory.mktemp("chaos")
     (d / "trace.json").write_text(json.dumps(TRACE))
@@ -84,7 +86,6 @@ def run_dir(request, tmp_path_factory):
                 **cfg.model_dump(mode="json"),
                 "model": {"tiny_overrides": {"head_dim": 32}},
                 "engine": {"backend": "vllm", "kv_cache_mb": 32},
-                "controller": {"modes": ["colocated"]},
             }
         )
     summary = run(cfg, out_dir=d / "run", live=False)
@@ -94,7 +95,7 @@ def run_dir(request, tmp_path_factory):
 def test_the_pinned_mode_is_kept_and_kv_moves(run_dir):
     import yaml
 
-    out, _ = run_dir
+    out, summary = run_dir
     if (yaml.safe_load((out / "config.yaml").read_text())["controller"]["modes"] or []) != [
         "disaggregated"
     ]:
@@ -103,6 +104,7 @@ def test_the_pinned_mode_is_kept_and_kv_moves(run_dir):
     assert configs and all(c is None or c.startswith("disaggregated") for c in configs)
     moved = [r for r in _lines(out / "telemetry.jsonl") if r.get("t_kv_start_s") is not None]
     assert moved, "no turn moved its KV from a prefill to a decode worker"
+    assert summary["counters"]["kv_handoffs"] >= len(moved)
 
 
 def test_every_batch_has_exactly_b_distinct_trajectories(run_dir):

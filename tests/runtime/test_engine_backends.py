@@ -7,7 +7,9 @@ is its log-softmax. Then: abort returns the generated prefix; the prefix cache s
 repeated prompt within a weight version and never across versions; weights installed by
 version change the outputs to the new model's; release refuses requests until restore
 (and gives back the prefixes of the requests it cut); per-step telemetry adds up to the
-tokens the requests prefilled and decoded; and what a backend cannot do it refuses with
+tokens the requests prefilled and decoded; a prefill-only request handed to a second
+engine of the same backend (export -> import) decodes exactly as the colocated run did,
+while each backend refuses the other's KV; and what a backend cannot do it refuses with
 `RequestRejected`, as its capabilities say.
 
 vLLM runs for real here, on CPU (the `vllm` extra, which `make test` installs). The suite
@@ -74,15 +76,33 @@ def _log_softmax_at(model: Any, prompt: list[int], tokens: tuple[int, ...]) -> t
     return torch.log_softmax(logits[len(prompt) - 1 : len(prompt) - 1 + len(tokens)], dim=-1)
 
 
-@pytest.fixture(scope="module", params=NAMES)
-def backend(request: pytest.FixtureRequest, checkpoint: Path) -> Any:
-    if request.param == "pearl":
+def _build(name: str, checkpoint: Path) -> Any:
+    if name == "pearl":
         return LLMEngine(checkpoint_dir=checkpoint, num_kv_blocks=128, max_num_batched_tokens=512)
     from pearl.runtime.backends.vllm_engine import VllmEngine
 
     return VllmEngine(
         checkpoint, seed=0, max_model_len=1024, max_num_batched_tokens=256, dtype="float32"
     )
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def backend(request: pytest.FixtureRequest, checkpoint: Path) -> Any:
+    return _build(request.param, checkpoint)
+
+
+@pytest.fixture(scope="module")
+def decode_side(backend: Any, checkpoint: Path) -> Any:
+    """A second engine of the same backend: the decode side of a PD handoff."""
+    return _build(backend.capabilities.name, checkpoint)
+
+
+def _run(engine: Any, request_id: str) -> Any:
+    """Step until `request_id` finishes; its final output."""
+    while True:
+        for out in engine.step():
+            if out.request_id == request_id and out.finished:
+                return out
 
 
 def _new_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -220,10 +240,64 @@ def test_what_a_backend_cannot_do_it_refuses(backend: Any) -> None:
     assert err.value.reason == "bad_token"
 
 
+def test_a_prefill_handed_to_another_engine_decodes_as_colocated(
+    backend: Any, decode_side: Any
+) -> None:
+    """Prefill-only on one engine, export, import on another engine of the same backend:
+    under greedy sampling the turn's tokens and logprobs equal a colocated run's. With a
+    prefix-cache hit on the prefill side, and once more with the decode side holding the
+    prefix itself (it loads only the blocks it lacks)."""
+    prompt = _prompt(280, k=11)
+    (colocated,) = backend.generate([prompt], GREEDY)
+    for i in range(2):
+        rid = f"pd{i}"
+        backend.add_request(rid, prompt, GREEDY, prefill_only=True)
+        first = _run(backend, rid)
+        assert first.finish_reason == "prefill" and len(first.output_token_ids) == 1
+        payload = backend.export_kv(rid)
+        assert payload.num_kv_tokens == len(prompt) and payload.nbytes > 0
+        assert payload.output_token_ids == colocated.output_token_ids[:1]
+        assert decode_side.import_kv(rid, payload, GREEDY) is None
+        out = _run(decode_side, rid)
+        assert out.output_token_ids == colocated.output_token_ids
+        assert out.output_logprobs == pytest.approx(colocated.output_logprobs, abs=1e-4)
+        assert out.num_prompt_tokens == len(prompt)
+    with pytest.raises(RequestRejected) as err:
+        backend.export_kv("pd0")  # exported (and released) already
+    assert err.value.reason == "unknown_id"
+
+
+def test_a_payload_that_already_ends_its_turn_is_finished_at_import(
+    backend: Any, decode_side: Any
+) -> None:
+    one = SamplingParams(temperature=0.0, max_new_tokens=2)
+    backend.add_request("short", _prompt(40), one, prefill_only=True)
+    _run(backend, "short")
+    payload = backend.export_kv("short")
+    done = decode_side.import_kv("short", payload, SamplingParams(max_new_tokens=1))
+    assert done is not None and done.finished and done.output_token_ids == payload.output_token_ids
+
+
+def test_payloads_cross_only_between_engines_of_one_layout(checkpoint: Path) -> None:
+    """PEARL's engine and vLLM keep KV differently: each refuses the other's payload."""
+    if "vllm" not in NAMES:
+        pytest.skip("PEARL_SKIP_VLLM=1")
+    engines = [_build("pearl", checkpoint), _build("vllm", checkpoint)]
+    payloads = []
+    for e in engines:
+        e.add_request("x", _prompt(40), GREEDY, prefill_only=True)
+        _run(e, "x")
+        payloads.append(e.export_kv("x"))
+    for e, foreign in zip(engines, reversed(payloads), strict=True):
+        with pytest.raises(RequestRejected) as err:
+            e.import_kv("x", foreign, GREEDY)
+        assert err.value.reason == "incompatible_kv"
+
+
 def test_capabilities_by_name() -> None:
-    assert capabilities_of("pearl").disaggregation
-    assert not capabilities_of("vllm").disaggregation
-    assert capabilities_of("vllm").role_change == "restart"
+    assert capabilities_of("pearl").disaggregation and capabilities_of("vllm").disaggregation
+    assert capabilities_of("vllm").role_change == "per_request"
+    assert capabilities_of("vllm").release == "none"
     with pytest.raises(ValueError, match="known: pearl, vllm"):
         capabilities_of("sglang")
 

@@ -4,8 +4,9 @@ One local Ray cluster for the module. The worker builds vLLM over the same rando
 PEARL's engine starts from (the spec's seed, written once as an HF directory), so a greedy
 turn it serves is token-for-token the turn a PEARL engine from that spec generates; it
 streams the turn with logprobs and telemetry; it installs a newer published weight version
-in place and serves that version's tokens; an interrupt returns the turn's prefix; and a
-run config that would let the controller disaggregate a vLLM worker is refused.
+in place and serves that version's tokens; an interrupt returns the turn's prefix; and two
+vLLM workers hand a turn over (prefill -> KV through PEARL's transports -> decode) and
+swap roles without a restart.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import time
 import pytest
 
 from pearl.control.state import Zone
-from pearl.errors import InputError
 from pearl.runtime.engine import ModelConfig, SamplingParams
 from pearl.runtime.worker.api import EngineSpec, TurnRequest, collect_turn
 
@@ -42,7 +42,7 @@ def cluster():
     from pearl.runtime.topology import LocalCluster
 
     c = LocalCluster(head_cpus=1)
-    c.add_node("dedicated", Zone.DEDICATED, ["d0"])
+    c.add_node("dedicated", Zone.DEDICATED, ["d0", "d1"])
     c.connect()
     yield c
     c.shutdown()
@@ -100,14 +100,45 @@ def test_a_vllm_worker_serves_streams_syncs_and_interrupts(cluster) -> None:
     ray.kill(w)
 
 
-def test_a_vllm_run_config_must_stay_colocated(tmp_path) -> None:
+@pytest.mark.ray
+@pytest.mark.parametrize("transport", ["object_store", "shared_memory"])
+def test_two_vllm_workers_hand_a_turn_over_through_our_transports(cluster, transport) -> None:
+    """A prefill worker and a decode worker, both vLLM: the turn's KV leaves the prefill
+    worker's paged cache through PEARL's KV connector and travels through PEARL's transport;
+    the decode worker finishes the turn token-for-token as PEARL's engine does colocated.
+    Then the two swap roles (no restart) and hand over the next turn the other way."""
+    import ray
+
+    from pearl.runtime.worker.rollout_worker import start_worker
+
+    pre = start_worker("vp", "prefill", ("d0",), VLLM, transport=transport)
+    dec = start_worker("vd", "decode", ("d1",), VLLM, transport=transport)
+    ray.get([pre.ready.remote(), dec.ready.remote()], timeout=300)
+    reference = PEARL.build()
+
+    async def handoff(p_w, d_w, d_id, req):
+        first = await p_w.prefill.remote(req)
+        assert first.needs_decode and first.handle is not None, first.error
+        return await collect_turn(d_w.serve.remote(req, first), req, d_id, prefill=first)
+
+    try:
+        for i, (p_w, d_w, d_id) in enumerate([(pre, dec, "vd"), (dec, pre, "vp")]):
+            if i:
+                ray.get([pre.set_role.remote("decode"), dec.set_role.remote("prefill")])
+            req = TurnRequest(f"pd{i}", 0, _prompt(10 + i, 200), GREEDY)
+            res = asyncio.run(handoff(p_w, d_w, d_id, req))
+            (want,) = reference.generate([list(req.prompt_token_ids)], GREEDY)
+            assert res.ok, res.error
+            assert res.token_ids == tuple(want.output_token_ids)
+            assert res.record is not None and res.record.t_kv_start_s is not None
+    finally:
+        ray.kill(pre)
+        ray.kill(dec)
+
+
+def test_a_vllm_run_config_may_disaggregate(tmp_path) -> None:
     from pearl.runtime.run_config import load_run_config
 
-    bad = tmp_path / "run.yaml"
-    bad.write_text("engine:\n  backend: vllm\n")
-    with pytest.raises(InputError) as err:
-        load_run_config(bad)
-    assert "controller.modes" in str(err.value)
-    ok = tmp_path / "ok.yaml"
-    ok.write_text("engine:\n  backend: vllm\ncontroller:\n  modes: [colocated]\n")
-    assert load_run_config(ok).engine.backend == "vllm"
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("engine:\n  backend: vllm\ncontroller:\n  modes: [disaggregated]\n")
+    assert load_run_config(cfg).controller.modes == ["disaggregated"]

@@ -120,16 +120,16 @@ BACKENDS: dict[str, Capabilities] = {
         step_telemetry=True,
         role_change="per_request",
     ),
-    # vLLM 0.32 through `VllmEngine`: no KV handoff through PEARL's transports yet, and
-    # sleep mode (the only way it frees device memory) exists on CUDA only.
+    # vLLM 0.32 through `VllmEngine`: the PD handoff through PEARL's KV connector on any
+    # request; sleep mode (the only way it frees device memory) exists on CUDA only.
     "vllm": Capabilities(
         name="vllm",
-        kv_export=False,
-        kv_import=False,
+        kv_export=True,
+        kv_import=True,
         release="none",
         inflight_weight_install=True,
         step_telemetry=True,
-        role_change="restart",
+        role_change="per_request",
     ),
 }
 

@@ -21,28 +21,39 @@ What the adapter adds to vLLM, and how:
 * **Telemetry.** `last_step` counts what the latest step produced: a request's prompt
   tokens (less the cached ones) are attributed to the step that sampled its first token,
   as vLLM's own iteration stats do, and every later token is one decode.
+* **The PD handoff.** `add_request(prefill_only=True)` prefills and samples the first
+  token; `export_kv` returns the prompt's KV as PEARL's `KVPayload` (gathered from vLLM's
+  paged cache by PEARL's KV connector, `pearl.runtime.backends.vllm_kv`), which the worker
+  sends through PEARL's transports; `import_kv` on another engine loads it into that
+  engine's cache and decodes on. Any request may take either side (no restart). The
+  decode side computes the first token's KV itself and continues; under greedy sampling
+  the tokens equal a colocated run's (a seeded sampled turn restarts its random stream at
+  the handoff).
 * **Release.** vLLM frees device memory only in sleep mode, which exists on CUDA only;
   on CUDA `release()` sleeps (level 1: weights to host, KV dropped) and `restore()` wakes
   up. On CPU there is no memory to move: `release()` aborts live requests (returning their
   prefixes) and the engine refuses requests until `restore()`; `capabilities.release`
   says `none` so the controller does not count on freed memory.
 
-Not offered (the capabilities say so): prefill-only requests and KV import (the PD
-handoff through PEARL's transports), and role changes without a restart.
+Not offered: freeing device memory on CPU (`capabilities.release`).
 """
 
 from __future__ import annotations
 
 import os
 import time
+import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pearl.errors import InputError
+from pearl.runtime.backends import vllm_kv
 from pearl.runtime.backends.interface import BACKENDS, Capabilities, StepTelemetry
 from pearl.runtime.engine.errors import EngineReleased, RequestRejected, check_request
+from pearl.runtime.engine.payload import KVPayload
 from pearl.runtime.engine.sampling import SamplingParams
 from pearl.runtime.engine.sequence import RequestOutput
 
@@ -58,6 +69,10 @@ class _Live:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     num_cached: int = 0
+    seed: int | None = None
+    prefill_only: bool = False
+    imported: int = 0  # output tokens that came with imported KV (vLLM sees them as prompt)
+    prompt: tuple[int, ...] = ()  # kept for a prefill-only request (its export needs it)
 
 
 def _torch() -> Any:
@@ -122,6 +137,18 @@ class VllmEngine:
             "enable_prefix_caching": enable_prefix_caching,
             "disable_log_stats": True,
         }
+        # PEARL's KV connector (the PD handoff): a store shared by the connector's two sides
+        self._kv_key = f"pearl-{uuid.uuid4().hex}"
+        self.kv = vllm_kv.open_store(self._kv_key)
+        weakref.finalize(self, vllm_kv.close_store, self._kv_key)
+        from vllm.config import KVTransferConfig
+
+        knobs["kv_transfer_config"] = KVTransferConfig(
+            kv_connector="PearlKVConnector",
+            kv_connector_module_path=vllm_kv.__name__,
+            kv_role="kv_both",
+            kv_connector_extra_config={vllm_kv.STORE_KEY: self._kv_key},
+        )
         if max_model_len is not None:
             knobs["max_model_len"] = max_model_len
         if max_num_batched_tokens is not None:
@@ -138,7 +165,8 @@ class VllmEngine:
         self._vllm = vllm
         torch = _torch()
         set_threads = torch.set_num_threads
-        self.engine = vllm.LLMEngine.from_engine_args(args)
+        with vllm_kv.building(self._kv_key):
+            self.engine = vllm.LLMEngine.from_engine_args(args)
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op, process-wide; the
         # process is ours (PEARL's engine and trainer set their threads), so put it back.
         torch.set_num_threads = set_threads
@@ -152,6 +180,7 @@ class VllmEngine:
         self.vocab_size = int(self.engine.model_config.get_vocab_size())
         self.weight_version = weight_version
         self._live: dict[str, _Live] = {}
+        self._prefilled: dict[str, _Live] = {}  # finished prefills awaiting export_kv
         self._released = False
         self._sleeping = False
         self._last_step = StepTelemetry()
@@ -169,32 +198,48 @@ class VllmEngine:
     ) -> None:
         """Queue a request; raises `RequestRejected` where PEARL's engine would."""
         self._check_ready()
-        if prefill_only:
-            raise RequestRejected(
-                request_id, "unsupported", "the vllm backend has no prefill-only requests"
-            )
         prompt = [int(t) for t in prompt_token_ids]
         check_request(
             request_id,
             prompt,
             sampling.max_new_tokens,
-            live=self._live,
+            live=self._live.keys() | self._prefilled.keys(),
             vocab_size=self.vocab_size,
             max_model_len=self.max_model_len,
         )
+        kv = {vllm_kv.EXPORT: request_id} if prefill_only else None
+        max_tokens = 1 if prefill_only else sampling.max_new_tokens
+        self._add(request_id, prompt, sampling, max_tokens, self.weight_version, kv)
+        self._live[request_id] = _Live(
+            len(prompt),
+            sampling.max_new_tokens,
+            seed=sampling.seed,
+            prefill_only=prefill_only,
+            prompt=tuple(prompt) if prefill_only else (),
+        )
+
+    def _add(
+        self,
+        request_id: str,
+        tokens: list[int],
+        sampling: SamplingParams,
+        max_tokens: int,
+        version: int,
+        kv: dict[str, str] | None,
+    ) -> None:
         params = self._vllm.SamplingParams(
             temperature=sampling.temperature,
             top_p=sampling.top_p,
-            max_tokens=sampling.max_new_tokens,
+            max_tokens=max_tokens,
             seed=sampling.seed,
             stop_token_ids=list(sampling.stop_token_ids),
             logprobs=0,  # the sampled token's own logprob
             detokenize=False,
             ignore_eos=True,  # PEARL stops on its stop_token_ids only, as its engine does
+            extra_args={"kv_transfer_params": kv} if kv else None,
         )
-        inputs = {"prompt_token_ids": prompt, "cache_salt": f"pearl-v{self.weight_version}"}
+        inputs = {"prompt_token_ids": tokens, "cache_salt": f"pearl-v{version}"}
         self.engine.add_request(request_id, inputs, params)
-        self._live[request_id] = _Live(len(prompt), sampling.max_new_tokens)
 
     def has_unfinished(self) -> bool:
         return bool(self._live) and self.engine.has_unfinished_requests()
@@ -210,8 +255,9 @@ class VllmEngine:
             if live is None:
                 continue
             comp = out.outputs[0]
-            new = list(comp.token_ids)[len(live.token_ids) :]
-            lps = _sampled_logprobs(comp, len(live.token_ids), new)
+            seen = len(live.token_ids) - live.imported  # of vLLM's own output tokens
+            new = list(comp.token_ids)[seen:]
+            lps = _sampled_logprobs(comp, seen, new)
             if not live.token_ids and new:
                 live.num_cached = int(out.num_cached_tokens or 0)
                 prefill += max(0, live.prompt_len - live.num_cached)
@@ -228,6 +274,11 @@ class VllmEngine:
             if out.finished:
                 reason = _FINISH.get(str(comp.finish_reason), str(comp.finish_reason))
                 del self._live[out.request_id]
+                if live.prefill_only and reason == "length" and live.max_new_tokens > 1:
+                    reason = "prefill"  # its KV awaits export_kv
+                    self._prefilled[out.request_id] = live
+                else:
+                    self.kv.exports.pop(out.request_id, None)
             outputs.append(self._output(out.request_id, live, new, lps, reason))
         now = time.perf_counter()
         if self._last_step_s is not None:
@@ -238,11 +289,100 @@ class VllmEngine:
 
     def abort(self, request_id: str) -> RequestOutput:
         """Stop a request; returns what it generated so far (finish_reason "abort")."""
-        live = self._live.pop(request_id, None)
+        live = self._live.pop(request_id, None) or self._prefilled.pop(request_id, None)
         if live is None:
             raise RequestRejected(request_id, "unknown_id", "no live request with this id")
         self.engine.abort_request([request_id])
+        self.kv.exports.pop(request_id, None)
+        self.kv.imports.pop(request_id, None)
         return self._output(request_id, live, [], [], "abort")
+
+    # -- KV export / import (disaggregated prefill -> decode) ----------------------------
+    @property
+    def model_signature(self) -> tuple[int, int, int, int]:
+        """(layers, kv heads, head dim, vocab): what a payload must match to be imported."""
+        mc = self.engine.model_config
+        return (
+            int(mc.hf_config.num_hidden_layers),
+            int(mc.get_num_kv_heads(self.engine.vllm_config.parallel_config)),
+            int(mc.get_head_size()),
+            self.vocab_size,
+        )
+
+    def export_kv(self, request_id: str, *, release: bool = True) -> KVPayload:
+        """A finished prefill's KV and token state, as PEARL's engine exports it."""
+        live = self._prefilled.get(request_id)
+        kv = self.kv.exports.get(request_id)
+        if live is None or kv is None:
+            raise RequestRejected(request_id, "unknown_id", "no finished prefill with this id")
+        if release:
+            del self._prefilled[request_id]
+            del self.kv.exports[request_id]
+        n, blocks = kv
+        return KVPayload(
+            request_id=request_id,
+            token_ids=live.prompt + tuple(live.token_ids),
+            num_prompt_tokens=live.prompt_len,
+            num_kv_tokens=n,
+            output_logprobs=tuple(live.logprobs),
+            k=_torch().stack(blocks),
+            v=_torch().empty(0),
+            layout=self.kv.layout,
+            seed=live.seed if live.seed is not None else 0,
+            weight_version=self.weight_version,
+            model_signature=self.model_signature,
+            num_cached_prefix_tokens=live.num_cached,
+        )
+
+    def import_kv(
+        self, request_id: str, payload: KVPayload, sampling: SamplingParams
+    ) -> RequestOutput | None:
+        """Continue a request from an exported payload (max_new_tokens counts the tokens
+        generated before the export). Returns None when queued, or a finished output when
+        the payload's tokens already end the request under `sampling`."""
+        self._check_ready()
+        if payload.model_signature != self.model_signature:
+            raise RequestRejected(
+                request_id,
+                "incompatible_kv",
+                f"payload model {payload.model_signature} != engine {self.model_signature}",
+            )
+        if payload.layout != self.kv.layout:
+            raise RequestRejected(
+                request_id,
+                "incompatible_kv",
+                f"payload layout {payload.layout!r} != this engine's {self.kv.layout!r}",
+            )
+        tokens = [int(t) for t in payload.token_ids]
+        prompt = tokens[: payload.num_prompt_tokens]
+        outs = tokens[payload.num_prompt_tokens :]
+        check_request(
+            request_id,
+            prompt,
+            sampling.max_new_tokens,
+            live=self._live.keys() | self._prefilled.keys(),
+            vocab_size=self.vocab_size,
+            max_model_len=self.max_model_len,
+        )
+        live = _Live(
+            len(prompt),
+            sampling.max_new_tokens,
+            token_ids=list(outs),
+            logprobs=list(payload.output_logprobs),
+            num_cached=payload.num_cached_prefix_tokens,
+            seed=sampling.seed,
+            imported=len(outs),
+        )
+        stop = set(sampling.stop_token_ids)
+        if outs and (outs[-1] in stop or len(outs) >= sampling.max_new_tokens):
+            reason = "stop" if outs[-1] in stop else "length"
+            return self._output(request_id, live, [], [], reason)
+        self.kv.imports[request_id] = (payload.num_kv_tokens, list(payload.k.unbind(0)))
+        left = sampling.max_new_tokens - len(outs)
+        kv = {vllm_kv.IMPORT: request_id}
+        self._add(request_id, tokens, sampling, left, payload.weight_version, kv)
+        self._live[request_id] = live
+        return None
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[RequestOutput]:
         """Run prompts to completion; one final RequestOutput per prompt, in order."""

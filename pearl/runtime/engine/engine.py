@@ -24,7 +24,7 @@ from pearl.runtime.engine.kv_cache import BlockManager
 from pearl.runtime.engine.model import DTYPES
 from pearl.runtime.engine.model_config import ModelConfig
 from pearl.runtime.engine.model_runner import ModelRunner
-from pearl.runtime.engine.payload import KVPayload
+from pearl.runtime.engine.payload import TOKENS, KVPayload
 from pearl.runtime.engine.sampling import SamplingParams
 from pearl.runtime.engine.scheduler import ScheduledBatch, Scheduler
 from pearl.runtime.engine.sequence import RequestOutput, SeqStatus, Sequence
@@ -261,6 +261,10 @@ class LLMEngine:
                 request_id,
                 "incompatible_kv",
                 f"payload model {payload.model_signature} != engine {self.model_signature}",
+            )
+        if payload.layout != TOKENS:
+            raise RequestRejected(
+                request_id, "incompatible_kv", f"payload layout {payload.layout!r} is not ours"
             )
         tokens = list(payload.token_ids)
         prompt = tokens[: payload.num_prompt_tokens]

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+TOKENS = "tokens"
+
 
 @dataclass(frozen=True, eq=False)
 class KVPayload:
@@ -17,6 +19,9 @@ class KVPayload:
     seed: the request's sampling seed, so sampling continues the same random stream.
     model_signature: (num_layers, num_kv_heads, head_dim, vocab_size); an engine refuses
     a payload whose signature differs from its own.
+    layout: how k/v hold the KV. TOKENS (PEARL's engine): as above. A vLLM engine's tag
+    (`pearl.runtime.backends.vllm_kv.layout_of`): k holds that engine's raw paged blocks
+    stacked by layer, v is empty; only an engine with the same tag takes it.
     """
 
     request_id: str
@@ -30,6 +35,7 @@ class KVPayload:
     weight_version: int
     model_signature: tuple[int, int, int, int]
     num_cached_prefix_tokens: int = 0
+    layout: str = TOKENS
 
     @property
     def nbytes(self) -> int:

@@ -247,8 +247,9 @@ class RolloutWorker:
             if refuse or rid in self.core.live:
                 return self._error(request, refuse or f"request '{rid}' is already running here")
             try:
+                done = None
                 if payload is not None:
-                    self.core.engine.import_kv(rid, payload, request.sampling)
+                    done = self.core.engine.import_kv(rid, payload, request.sampling)
                     live.t_kv_end_s = time.time()
                     check = getattr(self.core.transport, "check", None)
                     if check is not None and prefill is not None:
@@ -269,9 +270,11 @@ class RolloutWorker:
                 return self._error(request, str(err))
             self.core.live[rid] = live
             self.core.rollout_step = max(self.core.rollout_step, request.step)
-            if payload is not None and rid not in getattr(self.core.engine, "_seqs", {rid: None}):
+            if done is not None:
                 # the imported turn was already complete (its last token came with the KV)
-                self.loop.finish(live, payload.output_token_ids, payload.output_logprobs, "length")
+                self.loop.finish(
+                    live, done.output_token_ids, done.output_logprobs, done.finish_reason
+                )
                 return live
         self.loop.kick()
         return live
