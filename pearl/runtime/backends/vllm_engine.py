@@ -52,7 +52,12 @@ from typing import Any
 from pearl.errors import InputError
 from pearl.runtime.backends import vllm_kv
 from pearl.runtime.backends.interface import BACKENDS, Capabilities, StepTelemetry
-from pearl.runtime.engine.errors import EngineReleased, RequestRejected, check_request
+from pearl.runtime.engine.errors import (
+    EngineReleased,
+    RequestRejected,
+    check_payload,
+    check_request,
+)
 from pearl.runtime.engine.payload import KVPayload
 from pearl.runtime.engine.sampling import SamplingParams
 from pearl.runtime.engine.sequence import RequestOutput
@@ -199,14 +204,7 @@ class VllmEngine:
         """Queue a request; raises `RequestRejected` where PEARL's engine would."""
         self._check_ready()
         prompt = [int(t) for t in prompt_token_ids]
-        check_request(
-            request_id,
-            prompt,
-            sampling.max_new_tokens,
-            live=self._live.keys() | self._prefilled.keys(),
-            vocab_size=self.vocab_size,
-            max_model_len=self.max_model_len,
-        )
+        self._check_new(request_id, prompt, sampling)
         kv = {vllm_kv.EXPORT: request_id} if prefill_only else None
         max_tokens = 1 if prefill_only else sampling.max_new_tokens
         self._add(request_id, prompt, sampling, max_tokens, self.weight_version, kv)
@@ -216,6 +214,16 @@ class VllmEngine:
             seed=sampling.seed,
             prefill_only=prefill_only,
             prompt=tuple(prompt) if prefill_only else (),
+        )
+
+    def _check_new(self, request_id: str, prompt: list[int], sampling: SamplingParams) -> None:
+        check_request(
+            request_id,
+            prompt,
+            sampling.max_new_tokens,
+            live=self._live.keys() | self._prefilled.keys(),
+            vocab_size=self.vocab_size,
+            max_model_len=self.max_model_len,
         )
 
     def _add(
@@ -341,29 +349,17 @@ class VllmEngine:
         generated before the export). Returns None when queued, or a finished output when
         the payload's tokens already end the request under `sampling`."""
         self._check_ready()
-        if payload.model_signature != self.model_signature:
-            raise RequestRejected(
-                request_id,
-                "incompatible_kv",
-                f"payload model {payload.model_signature} != engine {self.model_signature}",
-            )
-        if payload.layout != self.kv.layout:
-            raise RequestRejected(
-                request_id,
-                "incompatible_kv",
-                f"payload layout {payload.layout!r} != this engine's {self.kv.layout!r}",
-            )
+        check_payload(
+            request_id,
+            payload.model_signature,
+            payload.layout,
+            signature=self.model_signature,
+            layout=self.kv.layout,
+        )
         tokens = [int(t) for t in payload.token_ids]
         prompt = tokens[: payload.num_prompt_tokens]
         outs = tokens[payload.num_prompt_tokens :]
-        check_request(
-            request_id,
-            prompt,
-            sampling.max_new_tokens,
-            live=self._live.keys() | self._prefilled.keys(),
-            vocab_size=self.vocab_size,
-            max_model_len=self.max_model_len,
-        )
+        self._check_new(request_id, prompt, sampling)
         live = _Live(
             len(prompt),
             sampling.max_new_tokens,

@@ -19,7 +19,12 @@ import torch
 from pearl.errors import InputError
 from pearl.runtime.backends.interface import BACKENDS, Capabilities, StepTelemetry
 from pearl.runtime.engine.checkpoint import load_checkpoint, normalize_state_dict
-from pearl.runtime.engine.errors import EngineReleased, RequestRejected, check_request
+from pearl.runtime.engine.errors import (
+    EngineReleased,
+    RequestRejected,
+    check_payload,
+    check_request,
+)
 from pearl.runtime.engine.kv_cache import BlockManager
 from pearl.runtime.engine.model import DTYPES
 from pearl.runtime.engine.model_config import ModelConfig
@@ -256,16 +261,13 @@ class LLMEngine:
         max_new_tokens reached) -- then step() will report nothing for it.
         """
         self._check_ready()
-        if payload.model_signature != self.model_signature:
-            raise RequestRejected(
-                request_id,
-                "incompatible_kv",
-                f"payload model {payload.model_signature} != engine {self.model_signature}",
-            )
-        if payload.layout != TOKENS:
-            raise RequestRejected(
-                request_id, "incompatible_kv", f"payload layout {payload.layout!r} is not ours"
-            )
+        check_payload(
+            request_id,
+            payload.model_signature,
+            payload.layout,
+            signature=self.model_signature,
+            layout=TOKENS,
+        )
         tokens = list(payload.token_ids)
         prompt = tokens[: payload.num_prompt_tokens]
         self._validate(request_id, prompt, sampling)

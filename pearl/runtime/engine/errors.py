@@ -58,3 +58,27 @@ def check_request(
             f"prompt of {len(prompt)} tokens + max_new_tokens {max_new_tokens} = "
             f"{total} exceeds the context limit of {max_model_len} tokens",
         )
+
+
+def check_payload(
+    request_id: str,
+    payload_signature: tuple[int, ...],
+    payload_layout: str,
+    *,
+    signature: tuple[int, ...],
+    layout: str,
+) -> None:
+    """The refusal every backend shares for imported KV: another model's, or KV kept in
+    another layout (`KVPayload.layout`)."""
+    if payload_signature != signature:
+        raise RequestRejected(
+            request_id,
+            "incompatible_kv",
+            f"payload model {payload_signature} != engine {signature}",
+        )
+    if payload_layout != layout:
+        raise RequestRejected(
+            request_id,
+            "incompatible_kv",
+            f"payload layout {payload_layout!r} != this engine's {layout!r}",
+        )
