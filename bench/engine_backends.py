@@ -18,33 +18,15 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-from typing import Any
 
 import torch
 
 from bench._md import machine_line, write_section
-from bench.engine_decode import Clock, bench_config, workload
+from bench.engine_decode import Clock, bench_config, run_backend, workload
 from pearl.runtime.engine import LLMEngine, SamplingParams
 
 BATCHES = (1, 8, 32)
 KINDS = ("uniform", "rollout")
-
-
-def run(engine: Any, reqs: list[tuple[list[int], int]], seats: int, tag: str) -> int:
-    """Serve `reqs` with at most `seats` in flight; returns the tokens generated."""
-    pending = list(enumerate(reqs))
-    live = produced = 0
-    while pending or live:
-        while pending and live < seats:
-            i, (prompt, n) = pending.pop(0)
-            engine.add_request(
-                f"{tag}-{i}", prompt, SamplingParams(temperature=0, max_new_tokens=n)
-            )
-            live += 1
-        for out in engine.step():
-            produced += len(out.new_token_ids)
-            live -= 1 if out.finished else 0
-    return produced
 
 
 def main() -> None:
@@ -95,7 +77,7 @@ def main() -> None:
                 theirs.weight_version = version  # a new cache salt: no prefix reuse either
                 for name, engine in (("pearl", ours), ("vllm", theirs)):
                     with Clock() as c:
-                        got = run(engine, reqs, batch, f"{name}{r}")
+                        got = run_backend(engine, reqs, batch, f"{name}{r}")
                     assert got == tokens, (name, got, tokens)
                     best[name] = min(best[name], c.cpu_s)
             rows.append(

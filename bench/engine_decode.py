@@ -10,7 +10,10 @@ Three workloads per batch size B (greedy, prompts of random byte tokens, seeded)
   (continuous batching); `generate` runs static batches of B in arrival order, each until
   its longest request is done (that is how HF generate batches; finished rows keep
   computing padding). Only requested tokens count.
-Figures are generated tokens per second (prefill time included), one torch thread for both
+The same workloads also run on vLLM (the `vllm` backend, CPU build, in this process:
+`VllmEngine` behind the backend interface, B seats refilled as requests finish; its greedy
+tokens checked equal to ours first), unless `--no-vllm` or vLLM is not installed.
+Figures are generated tokens per second (prefill time included), one torch thread for all
 engines. The machine is shared, so the headline figure divides by this process's CPU time
 (`time.process_time`, immune to time stolen by other processes); wall-clock ratios are
 printed next to it. CPU time still inflates when other processes compete for the core's
@@ -20,7 +23,7 @@ engine's repeats its prefix cache is invalidated (a weight reload under a new ve
 outside the timed region), so a repeat never reuses the previous run's prompt KV.
 
     .venv/bin/python -m bench.engine_decode [--no-write] [--threads N] [--device cpu|cuda]
-        [--repeat N]
+        [--repeat N] [--no-vllm]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import math
 import random
 import time
+from typing import Any
 
 import torch
 
@@ -111,6 +115,55 @@ def run_engine(engine: LLMEngine, reqs: list[tuple[list[int], int]]) -> None:
     assert produced == sum(n for _, n in reqs)
 
 
+def run_backend(engine: Any, reqs: list[tuple[list[int], int]], seats: int, tag: str) -> int:
+    """Serve `reqs` on any engine backend with at most `seats` in flight (a finished
+    request's seat is refilled at the next step); returns the tokens generated."""
+    pending = list(enumerate(reqs))
+    live = produced = 0
+    while pending or live:
+        while pending and live < seats:
+            i, (prompt, n) = pending.pop(0)
+            engine.add_request(
+                f"{tag}-{i}", prompt, SamplingParams(temperature=0, max_new_tokens=n)
+            )
+            live += 1
+        for out in engine.step():
+            produced += len(out.new_token_ids)
+            live -= 1 if out.finished else 0
+    return produced
+
+
+def build_vllm(hf: Any, max_seqs: int) -> Any:
+    """vLLM over `hf`'s weights (an HF directory written once), greedy tokens checked
+    equal to a PEARL engine's on the same weights."""
+    import os
+    import tempfile
+
+    from pearl.runtime.backends.vllm_engine import VllmEngine
+
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    threads = torch.get_num_threads()
+    ckpt = tempfile.mkdtemp(prefix="pearl-bench-vllm-")
+    hf.save_pretrained(ckpt, safe_serialization=True)
+    engine = VllmEngine(
+        ckpt,
+        max_model_len=1024,
+        kv_cache_bytes=256 << 20,
+        max_num_seqs=max_seqs,
+        max_num_batched_tokens=1024,
+        dtype="float32",
+    )
+    torch.set_num_threads(threads)  # vLLM's CPU worker may have changed it
+    ours = LLMEngine(checkpoint_dir=ckpt, num_kv_blocks=256, max_num_batched_tokens=1024)
+    probe, greedy = [list(range(3, 40))], SamplingParams(temperature=0, max_new_tokens=16)
+    same = (
+        ours.generate(probe, greedy)[0].output_token_ids
+        == engine.generate(probe, greedy)[0].output_token_ids
+    )
+    assert same, "vLLM and PEARL's engine disagree on greedy tokens: fix that before timing"
+    return engine
+
+
 def run_hf(hf, reqs: list[tuple[list[int], int]], batch: int, device: torch.device) -> None:
     for start in range(0, len(reqs), batch):
         chunk = reqs[start : start + batch]
@@ -138,6 +191,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeat", type=int, default=3, help="alternated runs per side (best kept)")
+    ap.add_argument("--no-vllm", action="store_true", help="leave vLLM out")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import transformers  # test/bench-only dependency
@@ -158,6 +212,12 @@ def main() -> None:
     engine.load_weights(hf.state_dict(), version=1)
     run_engine(engine, workload("uniform", 2, seed=9))  # warm-up both
     run_hf(hf, workload("uniform", 2, seed=9), 2, device)
+    vllm = None
+    if not args.no_vllm and device.type == "cpu":
+        try:
+            vllm = build_vllm(hf, max(BATCHES))
+        except ImportError as err:
+            print(f"vLLM left out: {err}")
 
     rows, ratio_32, pairs_32 = [], {}, {}
     keys_note = "(not measured)"
@@ -167,9 +227,9 @@ def main() -> None:
         for kind in KINDS:
             reqs = workload(kind, batch, seed=0)
             tokens = sum(n for _, n in reqs)
-            ours_runs, ref_runs = [], []
+            ours_runs, ref_runs, vllm_runs = [], [], []
             counted = row_key_counts(engine)
-            for _ in range(args.repeat):
+            for r in range(args.repeat):
                 version += 1
                 engine.load_weights(weights, version=version)  # no prefix-cache reuse
                 with Clock() as ours:
@@ -178,6 +238,12 @@ def main() -> None:
                     run_hf(hf, reqs, batch, device)
                 ours_runs.append(ours)
                 ref_runs.append(ref)
+                if vllm is not None:
+                    vllm.weight_version = version  # a new cache salt: no prefix reuse
+                    with Clock() as theirs:
+                        got = run_backend(vllm, reqs, batch, f"v{version}-{r}")
+                    assert got == tokens, (got, tokens)
+                    vllm_runs.append(theirs)
             ours_wall, ref_wall = min(c.wall_s for c in ours_runs), min(c.wall_s for c in ref_runs)
             ours_cpu, ref_cpu = min(c.cpu_s for c in ours_runs), min(c.cpu_s for c in ref_runs)
             t_ours, t_hf = (ours_wall, ref_wall) if use_wall else (ours_cpu, ref_cpu)
@@ -198,15 +264,20 @@ def main() -> None:
                     f"{read / needed:.2f}x the keys its rows held (one padded call per layer "
                     f"would read {padded / needed:.2f}x)"
                 )
+            if vllm_runs:
+                t_vllm = min(c.wall_s if use_wall else c.cpu_s for c in vllm_runs)
+                vllm_cells = f" {tokens / t_vllm:,.0f} | {t_vllm / t_ours:.2f}x |"
+            else:
+                vllm_cells = " - | - |"
             rows.append(
                 f"| {batch} | {kind} | {tokens / t_ours:,.0f} | {tokens / t_hf:,.0f} "
                 f"| {ratio:.2f}x | {spread} | {wall_ratio:.2f}x "
-                f"| {static_slots_per_token(reqs, batch):.2f} |"
+                f"| {static_slots_per_token(reqs, batch):.2f} |{vllm_cells}"
             )
             print(
                 f"batch {batch:>2} {kind:>7}: engine {tokens / t_ours:8.0f} tok/s, "
                 f"HF generate {tokens / t_hf:8.0f} tok/s, ratio {ratio:.2f}x "
-                f"(pairs {spread}, wall-clock ratio {wall_ratio:.2f}x)"
+                f"(pairs {spread}, wall-clock ratio {wall_ratio:.2f}x); vLLM |{vllm_cells}"
             )
 
     def verdict(kind: str) -> str:
@@ -242,8 +313,8 @@ def main() -> None:
             "measurement.",
             "",
             "| batch | workload | engine tok/s | HF generate tok/s | ratio | ratio per pair "
-            "| wall-clock ratio | HF slots per token |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|",
+            "| wall-clock ratio | HF slots per token | vLLM tok/s | engine / vLLM |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
             f"Target at batch 32: >= {TARGET_RATIO_AT_32:g}x, judged on the *rollout* "
@@ -268,6 +339,14 @@ def main() -> None:
             "batch's longest is done); refilling seats gains at most this factor, less the "
             "tail where fewer than B requests remain. Batch 1 has no batching gain "
             "(1.00 slot per token), so its ratios are the step cost alone.",
+            "",
+            "*vLLM*: vLLM 0.32's CPU build (`vllm-cpu`, `engine.backend: vllm`) on the same "
+            "weights and workloads, in this process behind the backend interface, B seats "
+            "refilled as requests finish (its greedy tokens checked equal to the engine's "
+            "first); each workload's best of the same alternated runs. On a tiny model on a "
+            "CPU this measures each engine's per-step overhead (scheduling, bookkeeping, "
+            "Python), not kernels: it says what one engine step costs the worker, not GPU "
+            "throughput. `-`: vLLM not installed or left out (`--no-vllm`).",
             "",
             "Rerun: `.venv/bin/python -m bench.engine_decode` (`--no-write` to only print).",
         ]
