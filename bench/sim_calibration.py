@@ -48,7 +48,7 @@ def main() -> None:
         "## Simulator calibration: the world against measurements (`python -m bench.sim_calibration`)",
         "",
         f"Machine: {machine_line()}; {wall:.0f} s wall. The world's physics "
-        "(`pearl.sim.physics`, `pearl.sim.inference`) against published measurements of real "
+        "(`pearl.sim.physics.iteration`, `pearl.sim.physics.inference`) against published measurements of real "
         "engines and GPUs, then the paper's §3 measurements of the real world reproduced "
         "by the simulator (Qwen3 on H100, the default setting). A MISS is reported, not "
         "tuned away; docs/simulator-model.md says what each miss means.",

@@ -206,7 +206,7 @@ def pipeline_trajectories(cfg: SimConfig, duration_s: float) -> float:
     container start, env steps, prefill and decode with nothing else on the GPU)."""
     from pearl.sim.calibration import trajectory_alone_s
     from pearl.sim.config import dump_config
-    from pearl.sim.physics import WorkerHardware
+    from pearl.sim.physics.iteration import WorkerHardware
     from pearl.sim.trainer import step_time_s
     from pearl.sim.workload import step_sampler
     from pearl.specs import get_gpu, get_model

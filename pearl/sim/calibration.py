@@ -22,9 +22,9 @@ import statistics
 from dataclasses import dataclass
 
 from pearl.control.state import Role
-from pearl.sim.inference import InferenceWorker
-from pearl.sim.inference_types import CompletionKind, Request, WorkerConfig, vllm_defaults
-from pearl.sim.physics import WorkerHardware
+from pearl.sim.physics.inference import InferenceWorker
+from pearl.sim.physics.inference_types import CompletionKind, Request, WorkerConfig, vllm_defaults
+from pearl.sim.physics.iteration import WorkerHardware
 from pearl.sim.workload import SampledTrajectory, TrajectorySampler
 from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from pearl.control.state import Role
-from pearl.sim.inference import InferenceWorker
-from pearl.sim.inference_types import Completion, Request, WorkerConfig
-from pearl.sim.physics import DEFAULT_EFFICIENCY, WorkerHardware
+from pearl.sim.physics.inference import InferenceWorker
+from pearl.sim.physics.inference_types import Completion, Request, WorkerConfig
+from pearl.sim.physics.iteration import DEFAULT_EFFICIENCY, WorkerHardware
 from pearl.specs import get_gpu, get_model
 
 # vLLM's own defaults per GPU class (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults,

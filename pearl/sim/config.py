@@ -22,7 +22,7 @@ from pearl.control.knobs import ControllerKnobs
 from pearl.world.sections import ClusterShape, RolloutShape, TraceShape
 
 if TYPE_CHECKING:
-    from pearl.sim.inference_types import WorkerConfig
+    from pearl.sim.physics.inference_types import WorkerConfig
 
 
 class _Model(BaseModel):
@@ -60,7 +60,7 @@ class ClusterConfig(ClusterShape):
 class EngineConfig(_Model):
     """The rollout engine's scheduler knobs (vLLM-like continuous batching, chunked prefill).
 
-    None takes vLLM's default for the GPU (`pearl.sim.inference_types.vllm_defaults`):
+    None takes vLLM's default for the GPU (`pearl.sim.physics.inference_types.vllm_defaults`):
     16,384 tokens and 1,024 sequences on H100/H200-class GPUs, 8,192 and 256 elsewhere."""
 
     max_batched_tokens: int | None = Field(
@@ -69,7 +69,7 @@ class EngineConfig(_Model):
     max_num_seqs: int | None = Field(None, ge=1, description="Running requests per worker.")
 
     def worker_config(self, gpu_memory_gb: float, gpu_name: str) -> WorkerConfig:
-        from pearl.sim.inference_types import vllm_defaults
+        from pearl.sim.physics.inference_types import vllm_defaults
 
         base = vllm_defaults(gpu_memory_gb, gpu_name)
         budget = self.max_batched_tokens or base.max_batched_tokens

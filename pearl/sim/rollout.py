@@ -21,7 +21,7 @@ from pearl.control import commands as C
 from pearl.control import events as E
 from pearl.control.state import Role
 from pearl.sim.core import PRIO_COMPLETION, Handle
-from pearl.sim.inference_types import Completion, CompletionKind, Request
+from pearl.sim.physics.inference_types import Completion, CompletionKind, Request
 from pearl.sim.telemetry_out import TurnTiming, turn_record
 from pearl.sim.workload import SampledTrajectory
 

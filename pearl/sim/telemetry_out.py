@@ -22,7 +22,7 @@ from pearl.control.telemetry import TurnRecord, WorkerStepRecord
 from pearl.control.telemetry import turn_record as make_turn_record
 from pearl.control.telemetry_jsonl import TelemetryMeta, write_jsonl
 from pearl.report.rundir import TELEMETRY_FILE, RunRecorder, is_run_dir
-from pearl.sim.inference_types import StepStats
+from pearl.sim.physics.inference_types import StepStats
 
 
 @dataclass(slots=True)

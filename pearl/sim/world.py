@@ -2,7 +2,7 @@
 
 It executes the controller's commands (contract B) and emits events back, through an
 outbox the driver empties after every heap entry (`take_outbox`). Physics comes from
-`pearl.sim.inference` (one `InferenceWorker` per rollout worker) and `pearl.sim.physics`
+`pearl.sim.physics.inference` (one `InferenceWorker` per rollout worker) and `pearl.sim.physics.iteration`
 (KV transfer); the trajectories from `pearl.sim.workload`; the trainer from
 `pearl.sim.trainer`; preemptible GPUs from trace playback (`pearl.sim.playback`). The
 world is composed of components with the same names as the runtime world's: `workers`
@@ -41,7 +41,7 @@ from pearl.sim.core import (
     EventCore,
     Handle,
 )
-from pearl.sim.physics import WorkerHardware
+from pearl.sim.physics.iteration import WorkerHardware
 from pearl.sim.playback import TraceAction
 from pearl.sim.rollout import (
     StepRun,

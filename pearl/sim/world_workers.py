@@ -19,9 +19,9 @@ from pearl.control import events as E
 from pearl.control.state import Gpu, Role, Zone
 from pearl.sim.config import SimConfig
 from pearl.sim.core import PRIO_COMPLETION, EventCore, Handle
-from pearl.sim.inference import InferenceWorker
-from pearl.sim.inference_types import WorkerConfig
-from pearl.sim.physics import WorkerHardware
+from pearl.sim.physics.inference import InferenceWorker
+from pearl.sim.physics.inference_types import WorkerConfig
+from pearl.sim.physics.iteration import WorkerHardware
 from pearl.sim.trainer import Trainer
 
 if TYPE_CHECKING:

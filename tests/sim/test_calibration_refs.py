@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pearl.sim.calibration_refs import REFERENCES, closed_loop_serving
-from pearl.sim.physics import WorkerHardware
+from pearl.sim.physics.iteration import WorkerHardware
 from pearl.specs import get_gpu, get_model
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_toys import TOY_GPU, TOY_MODEL, toy
 
-from pearl.sim.physics import HardwareParams, WorkerHardware
+from pearl.sim.physics.iteration import HardwareParams, WorkerHardware
 from pearl.specs import get_gpu, get_model
 from pearl.specs.hardware import GpuSpec
 

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from sim_toys import toy
 
 from pearl.control.state import Role
-from pearl.sim.inference import InferenceWorker
-from pearl.sim.inference_types import Request, WorkerConfig
-from pearl.sim.physics import HardwareParams, WorkerHardware
+from pearl.sim.physics.inference import InferenceWorker
+from pearl.sim.physics.inference_types import Request, WorkerConfig
+from pearl.sim.physics.iteration import HardwareParams, WorkerHardware
 from pearl.specs import get_gpu, get_model
 
 from ._inference_helpers import request_lists, run

@@ -6,9 +6,9 @@ import pytest
 from sim_toys import toy
 
 from pearl.control.state import Role
-from pearl.sim.inference import InferenceWorker
-from pearl.sim.inference_types import CompletionKind, Request, WorkerConfig
-from pearl.sim.physics import HardwareParams
+from pearl.sim.physics.inference import InferenceWorker
+from pearl.sim.physics.inference_types import CompletionKind, Request, WorkerConfig
+from pearl.sim.physics.iteration import HardwareParams
 
 from ._inference_helpers import run
 

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pearl.sim.prefix_cache import PrefixCache
+from pearl.sim.physics.prefix_cache import PrefixCache
 
 
 def test_lru_evicts_the_least_recently_used_entry():

@@ -1,6 +1,6 @@
 """A toy dense model and GPU for hand-computed simulator tests (shared by tests/sim)."""
 
-from pearl.sim.physics import HardwareParams, WorkerHardware
+from pearl.sim.physics.iteration import HardwareParams, WorkerHardware
 from pearl.specs.hardware import GpuSpec, ModelSpec
 
 # A toy dense model and GPU with round numbers, so every figure below is computable by hand:

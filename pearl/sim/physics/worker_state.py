@@ -1,4 +1,4 @@
-"""Mutable internals of a simulated inference worker (`pearl.sim.inference`).
+"""Mutable internals of a simulated inference worker (`pearl.sim.physics.inference`).
 
 `Seq` is one request's progress on a worker, `Segment` a run of iterations with a fixed
 composition, `WorkerStats` the worker's cumulative counters. Not part of the public API.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pearl.sim.inference_types import Request
+from pearl.sim.physics.inference_types import Request
 
 
 class Seq:

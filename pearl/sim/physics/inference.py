@@ -1,7 +1,7 @@
-"""A simulated inference worker: the public driving API over `pearl.sim.batching`.
+"""A simulated inference worker: the public driving API over `pearl.sim.physics.batching`.
 
 Continuous batching with chunked prefill, prefill-only and decode-only roles, a per-worker
-prefix cache, KV pressure and interruption; the semantics are in `pearl.sim.batching` and
+prefix cache, KV pressure and interruption; the semantics are in `pearl.sim.physics.batching` and
 docs/simulator-model.md.
 
 Driving contract (one worker, times non-decreasing across calls):
@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 
 from pearl.control.state import Role
-from pearl.sim.batching import BatchingCore
-from pearl.sim.inference_types import Completion, Partial, Phase, Request, StepStats
-from pearl.sim.worker_state import Seq
+from pearl.sim.physics.batching import BatchingCore
+from pearl.sim.physics.inference_types import Completion, Partial, Phase, Request, StepStats
+from pearl.sim.physics.worker_state import Seq
 
 
 class InferenceWorker(BatchingCore):

@@ -1,4 +1,4 @@
-"""Values exchanged with a simulated inference worker (`pearl.sim.inference`).
+"""Values exchanged with a simulated inference worker (`pearl.sim.physics.inference`).
 
 `Request` goes in (one turn of a trajectory); `Completion` (a finished prefill or decode,
 with per-request timing for telemetry), `Partial` (an interrupted request and its generated

@@ -20,7 +20,7 @@ a stretch of identical decode-only iterations (timed in closed form by the hardw
 or one or a few mixed iterations. A segment is composed at a boundary with the state it
 sees; a decode stretch is cut short at the first boundary after a new submission.
 
-The public driving API is `pearl.sim.inference.InferenceWorker`, a subclass.
+The public driving API is `pearl.sim.physics.inference.InferenceWorker`, a subclass.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from bisect import bisect_right
 from collections import deque
 
 from pearl.control.state import Role
-from pearl.sim.inference_types import Completion, CompletionKind, WorkerConfig
-from pearl.sim.physics import WorkerHardware
-from pearl.sim.prefix_cache import PrefixCache
-from pearl.sim.worker_state import Segment, Seq, WorkerStats
+from pearl.sim.physics.inference_types import Completion, CompletionKind, WorkerConfig
+from pearl.sim.physics.iteration import WorkerHardware
+from pearl.sim.physics.prefix_cache import PrefixCache
+from pearl.sim.physics.worker_state import Segment, Seq, WorkerStats
 
 
 class BatchingCore:
