@@ -61,7 +61,10 @@ path of the decode workers (`s = n_d*t_step`) if longer.
 
 Feasibility (paper §4.2): a worker's weights fit its GPUs; one trajectory's context fits a
 worker's KV memory (prefill workers stage whole contexts); disaggregation needs decode KV
-memory `B * K_seq <= N_D * H_max` with `K_seq = K + n_d`.
+memory for the trajectories that decode at once, `B * (1-f) * K_seq <= N_D * H_max` with
+`K_seq = K + n_d`. The paper writes `B * K_seq`; we leave out the share `f` waiting on the
+environment because a decode worker frees a turn's KV when the turn ends (the next turn's
+KV arrives from a prefill worker), and KV pressure short of the bound is in the seat path.
 
 Everything is our own coarse model, deliberately independent of the simulator's world.
 The core works on numpy arrays so the decision engine can score thousands of splits at once.
@@ -350,14 +353,17 @@ def feasibility(
         return np.zeros(shape, dtype=bool), lambda i: msg
     if num_decode is None or mode == "colocated":
         return np.ones(shape, dtype=bool), lambda i: ""
-    need = w.batch * w.k_seq
+    need = w.batch * (1.0 - w.wait) * w.k_seq
     have = np.asarray(num_decode, dtype=float).reshape(shape) * w.h_max
     ok = need <= have
 
     def reason(i: int) -> str:
         if ok[i]:
             return ""
-        return f"decode KV memory: B*K_seq = {need:.0f} tokens > N_D*H_max = {have[i]:.0f} tokens"
+        return (
+            f"decode KV memory: B*(1-f)*K_seq = {need:.0f} tokens > N_D*H_max = "
+            f"{have[i]:.0f} tokens"
+        )
 
     return ok, reason
 

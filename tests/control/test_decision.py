@@ -120,7 +120,7 @@ def test_infeasible_current_forces_switch():
     assert d.forced and d.switch and d.feasible
     assert d.chosen != PDConfig.disaggregated(7, 1)
     assert d.candidate(d.chosen).prediction.feasible
-    assert "infeasible" in d.reason and "B*K_seq" in d.reason
+    assert "infeasible" in d.reason and "B*(1-f)*K_seq" in d.reason
 
 
 def test_no_feasible_config_is_reported():

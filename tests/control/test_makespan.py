@@ -204,11 +204,16 @@ def test_gpus_per_worker_scales_compute():
 
 
 def test_decode_memory_infeasible_with_reason():
-    """B * K_seq > N_D * H_max makes a split infeasible and says so."""
+    """B * (1-f) * K_seq > N_D * H_max makes a split infeasible and says so; trajectories
+    waiting on their environment (share f) hold no decode KV."""
     hw = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e9 + 5000.0, usable_memory_fraction=1.0)
-    p = simple_profile(hardware=hw)  # K_seq = 1000 + 100; 8 trajectories need 8800 tokens
+    # K_seq = 1000 + 100; 8 trajectories that never wait need 8800 tokens
+    p = simple_profile(hardware=hw, env_wait_fraction=0.0)
     bad = predict(PDConfig.disaggregated(1, 1), p, 8)
-    assert not bad.feasible and "B*K_seq = 8800" in bad.reason and "5000" in bad.reason
+    assert not bad.feasible and "B*(1-f)*K_seq = 8800" in bad.reason and "5000" in bad.reason
+    # half of them waiting on the environment: 4400 tokens decode at once, they fit
+    waiting = simple_profile(hardware=hw, env_wait_fraction=0.5)
+    assert predict(PDConfig.disaggregated(1, 1), waiting, 8).feasible
     assert predict(PDConfig.disaggregated(1, 2), p, 8).feasible
     assert predict(PDConfig.colocated(1), p, 8).feasible  # colocation evicts and recomputes
 
