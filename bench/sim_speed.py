@@ -17,7 +17,7 @@ import time
 
 from bench._md import machine_line, write_section
 from pearl.sim.config import SimConfig
-from pearl.sim.runner import run_policy
+from pearl.sim.policy_run import run_policy
 
 
 def measure(cfg: SimConfig, policy: str) -> dict[str, float]:

@@ -189,9 +189,9 @@ def _check_borrow(seen: list[Any], gpu_id: str) -> None:
 def test_simulated_world_keeps_the_contract() -> None:
     from pearl.sim.config import SimConfig
     from pearl.sim.driver import Driver
-    from pearl.sim.world import World
+    from pearl.sim.world import SimWorld
 
-    world = World(SimConfig(), [], borrowing=False)
+    world = SimWorld(SimConfig(), [], borrowing=False)
     script = Script(world.dedicated[0].gpu_id)
     Driver(world, script).run(3600.0, stop=lambda: script.done)
     assert script.done
@@ -203,9 +203,9 @@ def test_simulated_world_keeps_the_contract() -> None:
 def test_simulated_world_lends_and_restores_a_training_gpu() -> None:
     from pearl.sim.config import SimConfig
     from pearl.sim.driver import Driver
-    from pearl.sim.world import World
+    from pearl.sim.world import SimWorld
 
-    world = World(SimConfig(), [], borrowing=True)
+    world = SimWorld(SimConfig(), [], borrowing=True)
     gpu = world.training_gpus[0].gpu_id
     script = Script(gpu, borrow=True)
     Driver(world, script).run(3600.0, stop=lambda: script.done)
@@ -219,9 +219,9 @@ def test_simulated_world_interrupts_a_reclaimed_route_and_resumes_it(reclaim: bo
     from pearl.sim.config import SimConfig
     from pearl.sim.driver import Driver
     from pearl.sim.playback import TraceAction
-    from pearl.sim.world import World
+    from pearl.sim.world import SimWorld
 
-    world = World(SimConfig(), [TraceAction(0.0, "offer", ("p0",))], borrowing=False)
+    world = SimWorld(SimConfig(), [TraceAction(0.0, "offer", ("p0",))], borrowing=False)
     script = ReclaimScript(world.dedicated[0].gpu_id, "p0", reclaim=reclaim)
     Driver(world, script).run(3600.0, stop=lambda: script.done)
     assert script.done, [type(e).__name__ for e in script.seen]

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from pearl.cli.common import console, guarded, print_json
+from pearl.cli.output import console, guarded, print_json
 from pearl.cli.profile_cmd import load_profile
 from pearl.control.decision import MODES, Candidate, Decision, DecisionConfig, DecisionEngine
 from pearl.control.plan import PDConfig

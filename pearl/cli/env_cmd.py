@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from pearl.cli.common import console, guarded, print_json
+from pearl.cli.output import console, guarded, print_json
 from pearl.errors import InputError
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pearl.cli.common import console, err_console, guarded, print_json
+from pearl.cli.output import console, err_console, guarded, print_json
 from pearl.errors import InputError
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pearl.cli.common import DEBUG
+from pearl.cli.output import DEBUG
 
 app = typer.Typer(
     name="pearl",

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from pearl.cli.common import console, guarded, print_json
+from pearl.cli.output import console, guarded, print_json
 from pearl.control.plan import PDConfig, PlanError, apply, config_of, plan_transition
 from pearl.control.state import ClusterState, StateError, Zone
 from pearl.errors import InputError, read_json

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from pearl.cli.common import console, guarded, print_json
+from pearl.cli.output import console, guarded, print_json
 from pearl.control.profile import HardwarePrior, ProfileError, WorkloadProfile
 from pearl.control.telemetry import TelemetryError
 from pearl.control.telemetry_jsonl import read_jsonl

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from pearl.cli.common import console, err_console, guarded, print_json
+from pearl.cli.output import console, err_console, guarded, print_json
 from pearl.errors import InputError
 
 

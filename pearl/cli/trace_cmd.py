@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pearl.cli.common import console, guarded, print_json
+from pearl.cli.output import console, guarded, print_json
 from pearl.errors import InputError
 from pearl.traces import AvailabilityTrace, bundled_names, load_bundled, load_trace
 

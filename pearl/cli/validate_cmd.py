@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pearl.cli.common import console, err_console, guarded, print_json
+from pearl.cli.output import console, err_console, guarded, print_json
 from pearl.errors import InputError
 
 

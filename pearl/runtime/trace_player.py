@@ -21,7 +21,7 @@ from pearl.control import events as ev
 from pearl.control.state import Gpu, Zone
 from pearl.runtime.run_config import RunConfig
 from pearl.traces import load_trace
-from pearl.traces.model import AvailabilityTrace
+from pearl.traces.availability import AvailabilityTrace
 
 if TYPE_CHECKING:
     from pearl.runtime.topology import LocalCluster

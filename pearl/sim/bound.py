@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pearl.sim.playback import TraceAction, live_gpu_seconds
-from pearl.sim.runner import run_policy
+from pearl.sim.policy_run import run_policy
 
 if TYPE_CHECKING:
     from pearl.sim.config import SimConfig
@@ -208,7 +208,7 @@ def pipeline_trajectories(cfg: SimConfig, duration_s: float) -> float:
     from pearl.sim.config import dump_config
     from pearl.sim.physics.iteration import WorkerHardware
     from pearl.sim.trainer import step_time_s
-    from pearl.sim.workload import step_sampler
+    from pearl.sim.trajectories import step_sampler
     from pearl.specs import get_gpu, get_model
     from pearl.specs.workload import WorkloadSpec
 
@@ -264,7 +264,7 @@ def train_step_s(cfg: SimConfig) -> float:
 
 def mean_trajectory_tokens(cfg: SimConfig, num_samples: int = 512) -> float:
     """Mean final context (training tokens) of the configured workload's trajectories."""
-    from pearl.sim.workload import TrajectorySampler
+    from pearl.sim.trajectories import TrajectorySampler
     from pearl.specs.workload import WorkloadSpec
 
     spec = WorkloadSpec.model_validate(

@@ -25,7 +25,7 @@ from pearl.control.state import Role
 from pearl.sim.physics.inference import InferenceWorker
 from pearl.sim.physics.inference_types import CompletionKind, Request, WorkerConfig, vllm_defaults
 from pearl.sim.physics.iteration import WorkerHardware
-from pearl.sim.workload import SampledTrajectory, TrajectorySampler
+from pearl.sim.trajectories import SampledTrajectory, TrajectorySampler
 from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
 

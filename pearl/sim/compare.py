@@ -1,6 +1,6 @@
 """Policies side by side on one simulated setting, with the upper bound.
 
-`run_simulation(cfg)` runs every policy of the config (`pearl.sim.runner.run_policy`), adds
+`run_simulation(cfg)` runs every policy of the config (`pearl.sim.policy_run.run_policy`), adds
 the upper bound (`pearl.sim.bound`) and returns a `SimulationResult` that prints as one
 JSON document and writes its outputs (`--out DIR`).
 """
@@ -25,7 +25,7 @@ from pearl.sim.bound import (
     static_rate,
 )
 from pearl.sim.config import SimConfig, dump_config
-from pearl.sim.runner import PolicyRun, Progress, run_policy, trace_actions
+from pearl.sim.policy_run import PolicyRun, Progress, run_policy, trace_actions
 from pearl.sim.telemetry_out import rounded, safe_name, write_run_dir
 
 

@@ -1,6 +1,6 @@
 """Trajectories through the world: batches, routed turns, KV transfer, environment steps.
 
-Functions over a `World` (kept apart from world.py so each module holds one concept):
+Functions over a `SimWorld` (kept apart from world.py so each module holds one concept):
 
 * `start_batch`: sample a rollout step's trajectories (the same for every policy on a seed)
   and start their sandboxes; each becomes `TrajectoryReady` when its container is up.
@@ -23,10 +23,10 @@ from pearl.control.state import Role
 from pearl.sim.core import PRIO_COMPLETION, Handle
 from pearl.sim.physics.inference_types import Completion, CompletionKind, Request
 from pearl.sim.telemetry_out import TurnTiming, turn_record
-from pearl.sim.workload import SampledTrajectory
+from pearl.sim.trajectories import SampledTrajectory
 
 if TYPE_CHECKING:
-    from pearl.sim.world import SimWorker, World
+    from pearl.sim.world import SimWorker, SimWorld
 
 
 @dataclass(eq=False)
@@ -56,7 +56,7 @@ class StepRun:
     turns: list = field(default_factory=list)
 
 
-def start_batch(world: World, cmd: C.StartRolloutBatch) -> None:
+def start_batch(world: SimWorld, cmd: C.StartRolloutBatch) -> None:
     if cmd.step in world.steps:
         return
     sampled = world.sampler_for(cmd.step).batch(len(cmd.traj_ids))
@@ -69,7 +69,7 @@ def start_batch(world: World, cmd: C.StartRolloutBatch) -> None:
         world.schedule(traj.container_start_s, _ready(world, tr), PRIO_COMPLETION)
 
 
-def _ready(world: World, tr: TrajRun):
+def _ready(world: SimWorld, tr: TrajRun):
     def run() -> None:
         tr.timing = TurnTiming(t_queued_s=world.core.now_s, resumed=tr.resumed)
         world.emit(E.TrajectoryReady(world.core.now_s, tr.traj_id))
@@ -77,14 +77,14 @@ def _ready(world: World, tr: TrajRun):
     return run
 
 
-def _bounce(world: World, tr: TrajRun, worker_id: str) -> None:
+def _bounce(world: SimWorld, tr: TrajRun, worker_id: str) -> None:
     """The route cannot run (worker gone or not serving): hand the trajectory back."""
     tr.resumed = True
     world.stats.bounced_routes += 1
     world.emit(E.RequestInterrupted(world.core.now_s, tr.traj_id, worker_id, tr.generated_tokens))
 
 
-def _withdraw(world: World, tr: TrajRun) -> None:
+def _withdraw(world: SimWorld, tr: TrajRun) -> None:
     """The controller routed a turn that is still in flight here (it counted the request
     as lost when a worker of its old route went away, although the request had moved on,
     e.g. to its decode worker): the controller's view stands, so the old request is
@@ -105,7 +105,7 @@ def _withdraw(world: World, tr: TrajRun) -> None:
     _cut_turn(world, tr)
 
 
-def route(world: World, cmd: C.Route) -> None:
+def route(world: SimWorld, cmd: C.Route) -> None:
     tr = world.trajs.get(cmd.traj_id)
     if tr is None or tr.done:
         return
@@ -146,7 +146,7 @@ def route(world: World, cmd: C.Route) -> None:
     world.touch(p)
 
 
-def on_completion(world: World, w: SimWorker, c: Completion) -> None:
+def on_completion(world: SimWorld, w: SimWorker, c: Completion) -> None:
     tr = world.by_key.get(c.traj_id)
     if tr is None or tr.done or tr.timing is None:
         return
@@ -182,7 +182,7 @@ def on_completion(world: World, w: SimWorker, c: Completion) -> None:
     tr.transfer = world.schedule(delay, _arrive(world, tr, d, c), PRIO_COMPLETION)
 
 
-def _arrive(world: World, tr: TrajRun, d: SimWorker, c: Completion):
+def _arrive(world: SimWorld, tr: TrajRun, d: SimWorker, c: Completion):
     def run() -> None:
         tr.transfer = None
         d.incoming.discard(tr.traj_id)
@@ -208,7 +208,7 @@ def _arrive(world: World, tr: TrajRun, d: SimWorker, c: Completion):
     return run
 
 
-def _finish_turn(world: World, tr: TrajRun, worker_id: str, end_s: float) -> None:
+def _finish_turn(world: SimWorld, tr: TrajRun, worker_id: str, end_s: float) -> None:
     now = world.core.now_s
     turn = tr.traj.turns[tr.turn]
     last = tr.turn == tr.traj.num_turns - 1
@@ -238,7 +238,7 @@ def _finish_turn(world: World, tr: TrajRun, worker_id: str, end_s: float) -> Non
         world.schedule(env_s, _ready(world, tr), PRIO_COMPLETION)
 
 
-def _traj_done(world: World, tr: TrajRun) -> None:
+def _traj_done(world: SimWorld, tr: TrajRun) -> None:
     tr.done = True
     world.traj_done_times_s.append(world.core.now_s)
     world.emit(E.TrajectoryDone(world.core.now_s, tr.traj_id))
@@ -251,7 +251,7 @@ def _traj_done(world: World, tr: TrajRun) -> None:
         world.step_finished(s)
 
 
-def interrupt_worker(world: World, w: SimWorker, *, preserve: bool) -> None:
+def interrupt_worker(world: SimWorld, w: SimWorker, *, preserve: bool) -> None:
     """Abort every request on `w` (and every KV transfer heading to it)."""
     now = world.core.now_s
     for p in w.engine.interrupt_all(now):
@@ -271,7 +271,7 @@ def interrupt_worker(world: World, w: SimWorker, *, preserve: bool) -> None:
     world.touch(w)
 
 
-def _cut_turn(world: World, tr: TrajRun) -> None:
+def _cut_turn(world: SimWorld, tr: TrajRun) -> None:
     """The turn in flight is cut short: unrouted, to resume with a full prefill."""
     tr.route = None
     tr.resumed = True
@@ -280,6 +280,6 @@ def _cut_turn(world: World, tr: TrajRun) -> None:
     world.stats.interrupted_requests += 1
 
 
-def _interrupted(world: World, tr: TrajRun, worker_id: str) -> None:
+def _interrupted(world: SimWorld, tr: TrajRun, worker_id: str) -> None:
     _cut_turn(world, tr)
     world.emit(E.RequestInterrupted(world.core.now_s, tr.traj_id, worker_id, tr.generated_tokens))

@@ -26,7 +26,7 @@ import numpy as np
 from pearl.control.plan import PDConfig
 from pearl.control.profile import WorkloadProfile
 from pearl.sim.config import SimConfig
-from pearl.sim.runner import build, make_policy
+from pearl.sim.policy_run import build, make_policy
 
 Progress = Callable[[str, float, float], None]
 

@@ -3,7 +3,7 @@
 It executes the controller's commands (contract B) and emits events back, through an
 outbox the driver empties after every heap entry (`take_outbox`). Physics comes from
 `pearl.sim.physics.inference` (one `InferenceWorker` per rollout worker) and `pearl.sim.physics.iteration`
-(KV transfer); the trajectories from `pearl.sim.workload`; the trainer from
+(KV transfer); the trajectories from `pearl.sim.trajectories`; the trainer from
 `pearl.sim.trainer`; preemptible GPUs from trace playback (`pearl.sim.playback`). The
 world is composed of components with the same names as the runtime world's: `workers`
 (`pearl.sim.world_workers.SimWorkers`: start, weight sync, role, drain, interrupt, stop),
@@ -53,7 +53,7 @@ from pearl.sim.rollout import (
 )
 from pearl.sim.telemetry_out import worker_step_record
 from pearl.sim.trainer import Trainer, TrainerCallbacks
-from pearl.sim.workload import TrajectorySampler, step_sampler
+from pearl.sim.trajectories import TrajectorySampler, step_sampler
 from pearl.sim.world_workers import SimWorker, SimWorkers
 from pearl.specs.hardware import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
@@ -78,7 +78,7 @@ class WorldStats:
     worker_gpu_s_by_zone: dict[str, float] = field(default_factory=dict)
 
 
-class World:
+class SimWorld:
     """See the module docstring. `actions` is the trace timeline (empty for a static budget)."""
 
     def __init__(self, cfg: SimConfig, actions: list[TraceAction], *, borrowing: bool) -> None:

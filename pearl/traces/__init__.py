@@ -5,10 +5,10 @@ Entry points: `load_trace(name_or_file, scale_ratio=, window_s=, cap=)`, `Availa
 attribution of the real traces: docs/traces.md.
 """
 
+from pearl.traces.availability import AvailabilityTrace, Change, GpuEvent, TraceError, TraceStats
 from pearl.traces.catalog import BUNDLED, bundled_names, load_bundled, load_trace
 from pearl.traces.generators import constant, periodic, poisson_churn
 from pearl.traces.io import load_event_csv, load_json_trace, save_json_trace, trace_from_json
-from pearl.traces.model import AvailabilityTrace, Change, GpuEvent, TraceError, TraceStats
 from pearl.traces.transform import cap, parse_scale, parse_window, scale, window
 
 __all__ = [

@@ -10,8 +10,8 @@ from importlib import resources
 from pathlib import Path
 
 from pearl.errors import InputError
+from pearl.traces.availability import AvailabilityTrace
 from pearl.traces.io import load_json_trace, read_trace_file
-from pearl.traces.model import AvailabilityTrace
 from pearl.traces.transform import cap as cap_trace
 from pearl.traces.transform import parse_scale, parse_window, scale, window
 

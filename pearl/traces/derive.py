@@ -25,8 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pearl.traces.availability import AvailabilityTrace
 from pearl.traces.io import load_event_csv, load_json_trace, save_json_trace
-from pearl.traces.model import AvailabilityTrace
 from pearl.traces.transform import cap, scale, window
 
 SEGMENT_DURATION_S = 7200.0

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pearl.traces.model import AvailabilityTrace
+from pearl.traces.availability import AvailabilityTrace
 
 
 def constant(

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pearl.errors import InputError, read_json, read_text
-from pearl.traces.model import AvailabilityTrace, Change, TraceError
+from pearl.traces.availability import AvailabilityTrace, Change, TraceError
 
 FORMAT = "pearl-trace/1"
 # AWS spot instances get a two-minute interruption notice; both real traces are AWS.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pearl.traces.model import AvailabilityTrace, Change
+from pearl.traces.availability import AvailabilityTrace, Change
 
 
 def parse_scale(text: str) -> tuple[int, int]:

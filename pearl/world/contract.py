@@ -1,6 +1,6 @@
 """The contract between the controller and a world (docs/architecture.md, "the seam").
 
-A world is what the controller's commands act on: the simulator's `pearl.sim.world.World`
+A world is what the controller's commands act on: the simulator's `pearl.sim.world.SimWorld`
 (a virtual clock) or the runtime's `pearl.runtime.world.RayWorld` (Ray actors, a wall
 clock). Both implement `World`; both map each command type to the component that carries
 it out through one `CommandTable`, so a command no component handles is a `TypeError` in

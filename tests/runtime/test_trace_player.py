@@ -1,7 +1,7 @@
 """The trace player's schedule: wall-clock node actions from an availability trace."""
 
 from pearl.runtime.trace_player import schedule
-from pearl.traces.model import AvailabilityTrace, Change
+from pearl.traces.availability import AvailabilityTrace, Change
 
 
 def _trace(levels, notice_s=5.0):

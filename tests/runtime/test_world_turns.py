@@ -194,7 +194,7 @@ def test_a_route_waits_for_the_env_step_and_closes_a_finished_episode():
 def test_unknown_commands_are_errors_in_both_worlds():
     """A command no world executes is a bug: both worlds raise, neither drops it."""
     from pearl.sim.config import SimConfig
-    from pearl.sim.world import World as SimWorld
+    from pearl.sim.world import SimWorld
 
     class Bogus:
         time_s = 0.0

@@ -9,7 +9,7 @@ import pytest
 
 from pearl.errors import InputError
 from pearl.sim.config import SimConfig, load_config
-from pearl.sim.runner import build
+from pearl.sim.policy_run import build
 
 
 def test_knobs_reach_the_policy_and_the_decision_engine() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pearl.sim.config import SimConfig
-from pearl.sim.runner import build, fixed_pool_size, run_policy
+from pearl.sim.policy_run import build, fixed_pool_size, run_policy
 
 
 @pytest.mark.parametrize(("trace", "pool"), [("seg1", 14), ("seg2", 10), ("seg3", 12)])

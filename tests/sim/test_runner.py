@@ -7,7 +7,7 @@ import pytest
 from pearl.errors import InputError
 from pearl.sim.compare import run_simulation
 from pearl.sim.config import SimConfig
-from pearl.sim.runner import make_policy
+from pearl.sim.policy_run import make_policy
 
 
 def test_static_policy_names() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pearl.sim.config import SimConfig
-from pearl.sim.runner import build, run_policy
+from pearl.sim.policy_run import build, run_policy
 
 
 @pytest.mark.parametrize("bound", [0, 2])

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pearl.errors import InputError
 from pearl.sim.calibration import colocated_mix, critical_path
 from pearl.sim.physics.iteration import WorkerHardware
-from pearl.sim.workload import TrajectorySampler
+from pearl.sim.trajectories import TrajectorySampler
 from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec, workload_from_dict
 

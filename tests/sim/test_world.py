@@ -7,7 +7,7 @@ import pytest
 from pearl.control import events as E
 from pearl.sim.config import SimConfig
 from pearl.sim.playback import TraceAction
-from pearl.sim.runner import run_policy
+from pearl.sim.policy_run import run_policy
 
 SMALL_WORKLOAD = {
     "num_turns_median": 4,
@@ -191,7 +191,7 @@ def test_reroute_of_a_request_that_moved_on_supersedes_it(seed: int) -> None:
     trajectories waited forever and the run stopped after 4 rollout steps."""
     import dataclasses
 
-    from pearl.sim.runner import make_policy
+    from pearl.sim.policy_run import make_policy
 
     policy = dataclasses.replace(
         make_policy("pearl"),

@@ -52,13 +52,13 @@ from typing import Any
 from pearl.errors import InputError
 from pearl.runtime.backends import vllm_kv
 from pearl.runtime.backends.interface import BACKENDS, Capabilities, StepTelemetry
-from pearl.runtime.engine.errors import (
+from pearl.runtime.engine.payload import KVPayload
+from pearl.runtime.engine.request_errors import (
     EngineReleased,
     RequestRejected,
     check_payload,
     check_request,
 )
-from pearl.runtime.engine.payload import KVPayload
 from pearl.runtime.engine.sampling import SamplingParams
 from pearl.runtime.engine.sequence import RequestOutput
 
@@ -66,7 +66,7 @@ _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
 @dataclass
-class _Live:
+class _LiveRequest:
     """What the adapter keeps of a request vLLM runs."""
 
     prompt_len: int
@@ -184,8 +184,8 @@ class VllmEngine:
         self.max_model_len = int(self.engine.model_config.max_model_len)
         self.vocab_size = int(self.engine.model_config.get_vocab_size())
         self.weight_version = weight_version
-        self._live: dict[str, _Live] = {}
-        self._prefilled: dict[str, _Live] = {}  # finished prefills awaiting export_kv
+        self._live: dict[str, _LiveRequest] = {}
+        self._prefilled: dict[str, _LiveRequest] = {}  # finished prefills awaiting export_kv
         self._released = False
         self._sleeping = False
         self._last_step = StepTelemetry()
@@ -208,7 +208,7 @@ class VllmEngine:
         kv = {vllm_kv.EXPORT: request_id} if prefill_only else None
         max_tokens = 1 if prefill_only else sampling.max_new_tokens
         self._add(request_id, prompt, sampling, max_tokens, self.weight_version, kv)
-        self._live[request_id] = _Live(
+        self._live[request_id] = _LiveRequest(
             len(prompt),
             sampling.max_new_tokens,
             seed=sampling.seed,
@@ -360,7 +360,7 @@ class VllmEngine:
         prompt = tokens[: payload.num_prompt_tokens]
         outs = tokens[payload.num_prompt_tokens :]
         self._check_new(request_id, prompt, sampling)
-        live = _Live(
+        live = _LiveRequest(
             len(prompt),
             sampling.max_new_tokens,
             token_ids=list(outs),
@@ -451,7 +451,7 @@ class VllmEngine:
 
     @staticmethod
     def _output(
-        request_id: str, live: _Live, new: list[int], lps: list[float], reason: str | None
+        request_id: str, live: _LiveRequest, new: list[int], lps: list[float], reason: str | None
     ) -> RequestOutput:
         return RequestOutput(
             request_id=request_id,

@@ -19,17 +19,17 @@ import torch
 from pearl.errors import InputError
 from pearl.runtime.backends.interface import BACKENDS, Capabilities, StepTelemetry
 from pearl.runtime.engine.checkpoint import load_checkpoint, normalize_state_dict
-from pearl.runtime.engine.errors import (
-    EngineReleased,
-    RequestRejected,
-    check_payload,
-    check_request,
-)
 from pearl.runtime.engine.kv_cache import BlockManager
 from pearl.runtime.engine.model import DTYPES
 from pearl.runtime.engine.model_config import ModelConfig
 from pearl.runtime.engine.model_runner import ModelRunner
 from pearl.runtime.engine.payload import TOKENS, KVPayload
+from pearl.runtime.engine.request_errors import (
+    EngineReleased,
+    RequestRejected,
+    check_payload,
+    check_request,
+)
 from pearl.runtime.engine.sampling import SamplingParams
 from pearl.runtime.engine.scheduler import ScheduledBatch, Scheduler
 from pearl.runtime.engine.sequence import RequestOutput, SeqStatus, Sequence

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class _Live:
+class LiveTurn:
     """A turn admitted to this worker and not yet answered."""
 
     request: TurnRequest
@@ -59,7 +59,7 @@ class WorkerCore:
     probe: StepProbe
     sink: TelemetrySink
     registry_name: str
-    live: dict[str, _Live] = field(default_factory=dict)
+    live: dict[str, LiveTurn] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     accepting: bool = True
     parked: bool = False
@@ -144,7 +144,7 @@ class StepLoop:
             else:
                 self._stream(live, out.output_token_ids, out.output_logprobs)
 
-    def _stream(self, live: _Live, tokens: tuple[int, ...], logprobs: tuple[float, ...]) -> None:
+    def _stream(self, live: LiveTurn, tokens: tuple[int, ...], logprobs: tuple[float, ...]) -> None:
         new = tokens[live.num_streamed :]
         if new:
             live.chunks.put_nowait(
@@ -160,7 +160,7 @@ class StepLoop:
 
     def finish(
         self,
-        live: _Live,
+        live: LiveTurn,
         tokens: tuple[int, ...],
         logprobs: tuple[float, ...],
         reason: str | None,
@@ -199,7 +199,7 @@ class StepLoop:
         if live.done is not None and not live.done.done():
             live.done.set_result(result)
 
-    def _finish_prefill(self, live: _Live, out: Any, handle: Any, t_kv: float) -> None:
+    def _finish_prefill(self, live: LiveTurn, out: Any, handle: Any, t_kv: float) -> None:
         c = self.core
         req = live.request
         c.live.pop(req.request_id, None)
@@ -224,7 +224,12 @@ class StepLoop:
             live.done.set_result(result)
 
     def _record(
-        self, live: _Live, num_tokens: int, cached: int, t_start: float | None, reason: str | None
+        self,
+        live: LiveTurn,
+        num_tokens: int,
+        cached: int,
+        t_start: float | None,
+        reason: str | None,
     ) -> Any:
         """The turn's TurnRecord, also kept for `telemetry()` (see `record_turn`)."""
         rec = record_turn(

@@ -65,7 +65,7 @@ from pearl.runtime.worker.api import (
     WorkerStatus,
 )
 from pearl.runtime.worker.control import WorkerControl
-from pearl.runtime.worker.loop import StepLoop, WorkerCore, _Live
+from pearl.runtime.worker.loop import LiveTurn, StepLoop, WorkerCore
 from pearl.runtime.worker.telemetry_sink import StepProbe, TelemetrySink
 
 
@@ -211,14 +211,14 @@ class RolloutWorker:
 
     async def _admit(
         self, request: TurnRequest, prefill: PrefillResult | None, *, prefill_only: bool = False
-    ) -> _Live | TurnResult:
+    ) -> LiveTurn | TurnResult:
         now = time.time()
         t_queued = request.t_queued_s if request.t_queued_s is not None else now
         refuse = self._refusal(request, prefill, prefill_only)
         if refuse:
             return self._error(request, refuse)
         role = Role.PREFILL if prefill_only else (Role.DECODE if prefill else Role.COLOCATED)
-        live = _Live(request, role, t_queued, prefill=prefill)
+        live = LiveTurn(request, role, t_queued, prefill=prefill)
         live.done = asyncio.get_running_loop().create_future()
         payload = None
         handle = prefill.handle if prefill is not None else None  # not None: `_refusal`
@@ -238,9 +238,9 @@ class RolloutWorker:
         request: TurnRequest,
         prefill: PrefillResult | None,
         prefill_only: bool,
-        live: _Live,
+        live: LiveTurn,
         payload: Any,
-    ) -> _Live | TurnResult:
+    ) -> LiveTurn | TurnResult:
         rid = request.request_id
         async with self.core.lock:
             refuse = self._refusal(request, prefill, prefill_only)  # may have changed meanwhile

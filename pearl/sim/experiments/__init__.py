@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pearl.sim.experiments import ablation, e2e, facts, ladder, ratio, sensitivity
-from pearl.sim.experiments.common import BarPlot, ExperimentResult
+from pearl.sim.experiments.result import BarPlot, ExperimentResult
 
 EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
     "e2e": e2e.run,

@@ -4,8 +4,8 @@ then borrowing idle training GPUs without and with PEARL's cost gate."""
 from __future__ import annotations
 
 from pearl.sim.config import SimConfig
-from pearl.sim.experiments.common import BarPlot, ExperimentResult
-from pearl.sim.runner import Progress, run_policy
+from pearl.sim.experiments.result import BarPlot, ExperimentResult
+from pearl.sim.policy_run import Progress, run_policy
 
 BUDGETS = (4, 8, 12, 16)
 

@@ -26,10 +26,10 @@ from pearl.sim.bound import train_step_s
 from pearl.sim.calibration import batch_mix, critical_path
 from pearl.sim.compare import default_jobs, run_simulation
 from pearl.sim.config import SimConfig
-from pearl.sim.experiments.common import ExperimentResult
+from pearl.sim.experiments.result import ExperimentResult
 from pearl.sim.physics.iteration import WorkerHardware
-from pearl.sim.runner import Progress
-from pearl.sim.workload import TrajectorySampler
+from pearl.sim.policy_run import Progress
+from pearl.sim.trajectories import TrajectorySampler
 from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
 

@@ -31,9 +31,9 @@ from typing import Any
 from pearl.sim.bound import BOUND_RUN_S, static_rate
 from pearl.sim.compare import SimulationResult, default_jobs, run_simulation
 from pearl.sim.config import SimConfig
-from pearl.sim.experiments.common import BarPlot, ExperimentResult
+from pearl.sim.experiments.result import BarPlot, ExperimentResult
 from pearl.sim.playback import live_gpu_seconds
-from pearl.sim.runner import PolicyRun, Progress, trace_actions
+from pearl.sim.policy_run import PolicyRun, Progress, trace_actions
 
 MODELS = ("qwen3-8b", "qwen3-30b-a3b")
 TRACES = ("seg1", "seg2", "seg3")

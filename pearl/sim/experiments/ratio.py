@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from pearl.sim.config import SimConfig
-from pearl.sim.experiments.common import BarPlot, ExperimentResult
-from pearl.sim.runner import Progress
+from pearl.sim.experiments.result import BarPlot, ExperimentResult
+from pearl.sim.policy_run import Progress
 from pearl.sim.validate import validate
 
 BUDGETS = (4, 8, 12)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pearl.sim.compare import default_jobs, run_simulation
 from pearl.sim.config import SimConfig
-from pearl.sim.experiments.common import BarPlot, ExperimentResult
-from pearl.sim.runner import Progress
+from pearl.sim.experiments.result import BarPlot, ExperimentResult
+from pearl.sim.policy_run import Progress
 
 BATCHES = (32, 64, 128)
 MAX_LENS = (16384, 32768, 65536)

@@ -27,7 +27,7 @@ from pearl.sim.config import SimConfig
 from pearl.sim.driver import Driver, DriverLog
 from pearl.sim.playback import TraceAction, live_gpu_seconds, playback_actions
 from pearl.sim.telemetry_out import decision_docs, summarise
-from pearl.sim.world import World
+from pearl.sim.world import SimWorld
 
 Progress = Callable[[str, float, float], None]
 STATIC_DURATION_S = 7200.0
@@ -102,7 +102,7 @@ class PolicyRun:
     decisions: list[dict[str, Any]]
     step_end_times_s: list[float]
     traj_done_times_s: list[float]
-    world: World | None = None
+    world: SimWorld | None = None
     controller: Controller | None = None
 
     def slim(self) -> PolicyRun:
@@ -123,7 +123,7 @@ def build(
     *,
     actions: list[TraceAction] | None = None,
     keep_history: bool = True,
-) -> tuple[World, Any, Driver, float]:
+) -> tuple[SimWorld, Any, Driver, float]:
     """A fresh world, controller and driver for policy `name` (a name or a Policy object),
     and the run's duration. `actions` replaces the config's trace timeline (tests script
     their own GPU changes).
@@ -145,7 +145,7 @@ def build(
     policy = apply_knobs(policy, cfg.controller, max_staleness=cfg.rollout.max_staleness)
     static = cfg.trace.static_gpus is not None
     borrowing = not static if cfg.trace.borrowing is None else cfg.trace.borrowing
-    world = World(cfg, trace_acts if actions is None else actions, borrowing=borrowing)
+    world = SimWorld(cfg, trace_acts if actions is None else actions, borrowing=borrowing)
     controller = Controller(
         policy,
         state=ClusterState(gpus=world.dedicated),
