@@ -269,6 +269,7 @@ def _play_ray(script: Any, *, borrow: bool, offer: tuple[str, ...] = ()) -> list
     from pearl.runtime.run_config import RunConfig
     from pearl.runtime.worker.api import EngineSpec
     from pearl.runtime.world import RayWorld
+    from pearl.world.dispatch import Dispatcher
 
     cfg = RunConfig.model_validate({"cluster": {"park_borrowed_workers": False}})
     trainer = ray.remote(num_cpus=0)(_Trainer).remote() if borrow else None
@@ -300,6 +301,8 @@ def _play_ray(script: Any, *, borrow: bool, offer: tuple[str, ...] = ()) -> list
             training_slots=("t0",) if borrow else (),
             training=training if borrow else None,
         )
+        # the runtime driver's step: event -> script -> commands -> world
+        dispatcher = Dispatcher(world, script, now, keep_history=False, keep_commands=False)
         pump = asyncio.get_running_loop().create_task(world.trajectories.pump_env())
         try:
             queue.put_nowait(ev.Started(0.0))
@@ -312,8 +315,7 @@ def _play_ray(script: Any, *, borrow: bool, offer: tuple[str, ...] = ()) -> list
                     e = await asyncio.wait_for(queue.get(), 1.0)
                 except TimeoutError:
                     continue
-                for c in script.handle(e):
-                    world.execute(c)
+                dispatcher.handle(e)
             with pytest.raises(TypeError, match="unknown command"):
                 world.execute(object())
         finally:

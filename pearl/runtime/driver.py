@@ -1,7 +1,8 @@
 """The runtime driver: the shared controller driving real Ray actors (docs/architecture.md).
 
-The loop is the simulator's, on wall time: take the next world event, hand it to the
-controller, execute the commands it returns; each command's completion is a later event.
+The loop is the simulator's, on wall time: take the next world event and hand it to the
+`Dispatcher` (`pearl.world.dispatch`, the simulator's step too), which gives it to the
+controller and executes the commands it returns; each command's completion is a later event.
 Around it the driver plays the availability trace on a local multi-node Ray cluster,
 schedules the trainer (asynchronous GRPO with bounded staleness; its idle windows are
 offered to the controller for borrowing and its devices are always returned before it
@@ -29,6 +30,7 @@ from pearl.runtime.snapshots import REGISTRY_NAME as REGISTRY
 from pearl.runtime.trace_player import TracePlayer, load_node_actions
 from pearl.runtime.trainer.grpo_trainer import GrpoConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
+from pearl.world.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0  # how long cancelled tasks get to clean up before Ray stops
@@ -217,6 +219,15 @@ class RunDriver:
         self.controller, self.switch_costs = build_controller(
             cfg, policy, model_cfg, self.training_gpus, version
         )
+        # the step the simulator's driver repeats too: event -> controller -> commands -> world
+        self.dispatcher = Dispatcher(
+            self.world,
+            self.controller,
+            self.now,
+            keep_history=False,
+            keep_commands=False,
+            before_execute=self._before_execute,
+        )
         self.pipeline = TrainingPipeline(
             cfg=cfg,
             out_dir=self.out_dir,
@@ -279,15 +290,14 @@ class RunDriver:
 
     def _handle(self, event: Any) -> None:
         before = self.controller.state
-        commands = self.controller.handle(event)
-        for c in commands:
-            self._execute(c)
+        self.dispatcher.handle(event)
         after = self.controller.state
         self._record_changes(before, after)
         if isinstance(event, ev.TrajectoryDone):
             self.pipeline.on_trajectory_done(event)
 
-    def _execute(self, c: Any) -> None:
+    def _before_execute(self, c: Any) -> None:
+        """The driver's own bookkeeping of a command, just before the world executes it."""
         if isinstance(c, cmd.StartRolloutBatch):
             self.pipeline.on_batch_started(c.step)
         if isinstance(c, cmd.AdmitGroup):
@@ -296,7 +306,6 @@ class RunDriver:
                 f"group {c.group_id} admitted: {list(c.worker_ids)}",
                 workers=list(c.worker_ids),
             )
-        self.world.execute(c)
 
     def _last_decision(self, word: str) -> str:
         for d in reversed(self.controller.decisions):
@@ -366,6 +375,7 @@ class RunDriver:
             "late_returns": self.lending.late_returns,
             "counters": dict(self.world.counters),
             "ignored_events": len(self.controller.ignored),
+            "commands_by_kind": dict(self.dispatcher.log.commands_by_kind),
             **self.switch_costs.summary(),
         }
         summary["report"] = str(self.recorder.finish(summary))

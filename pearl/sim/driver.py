@@ -5,8 +5,9 @@ The loop is the same shape as the runtime's driver:
 1. pop the next entry off the world's heap (this advances the virtual clock);
 2. run it: it is a world action (physics, env steps, trainer, trace playback) that may
    *emit* controller events into the world's outbox;
-3. hand every emitted event, in order, to `controller.handle(event)` and execute each
-   returned command on the world; a command's completion is emitted later (a scheduled
+3. hand every emitted event, in order, to the `Dispatcher` (`pearl.world.dispatch`, the
+   step the runtime's driver repeats too): `controller.handle(event)`, then each returned
+   command executed on the world; a command's completion is emitted later (a scheduled
    entry) or, for synchronous commands, into the same outbox after the current batch.
 
 The driver records what the controller did (commands by kind, state snapshots for the role
@@ -15,13 +16,11 @@ timeline) and stops at `until_s` or when the heap runs dry.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pearl.control.state import ClusterState
 from pearl.world.contract import ControllerLike, World
+from pearl.world.dispatch import Dispatcher, DispatchLog
 
 
 class WorldLike(World, Protocol):
@@ -34,18 +33,6 @@ class WorldLike(World, Protocol):
     def start(self) -> None: ...
 
     def take_outbox(self) -> list[Any]: ...
-
-
-@dataclass
-class DriverLog:
-    """What happened, for summaries and plots."""
-
-    num_events: int = 0
-    num_commands: int = 0
-    events_by_kind: Counter[str] = field(default_factory=Counter)
-    commands_by_kind: Counter[str] = field(default_factory=Counter)
-    history: list[tuple[float, ClusterState]] = field(default_factory=list)
-    command_log: list[tuple[float, Any]] = field(default_factory=list)
 
 
 class Driver:
@@ -62,9 +49,14 @@ class Driver:
     ) -> None:
         self.world = world
         self.controller = controller
-        self.keep_history = keep_history
-        self.keep_commands = keep_commands
-        self.log = DriverLog()
+        self.dispatcher = Dispatcher(
+            world,
+            controller,
+            lambda: world.core.now_s,
+            keep_history=keep_history,
+            keep_commands=keep_commands,
+        )
+        self.log = self.dispatcher.log
 
     def run(
         self,
@@ -72,7 +64,7 @@ class Driver:
         progress: Callable[[float], None] | None = None,
         *,
         stop: Callable[[], bool] | None = None,
-    ) -> DriverLog:
+    ) -> DispatchLog:
         """Simulate [now, until_s]; `progress(now_s)` is called about every simulated minute;
         `stop()` (checked after each entry) ends the run early when it returns True."""
         core = self.world.core
@@ -102,27 +94,10 @@ class Driver:
 
     def _dispatch(self) -> None:
         """Feed every pending world event to the controller, executing its commands."""
-        world, ctl, log = self.world, self.controller, self.log
-        events_by_kind, commands_by_kind = log.events_by_kind, log.commands_by_kind
-        keep_commands, keep_history = self.keep_commands, self.keep_history
+        take, handle = self.world.take_outbox, self.dispatcher.handle
         while True:
-            events = world.take_outbox()
+            events = take()
             if not events:
                 return
             for event in events:
-                log.num_events += 1
-                events_by_kind[type(event).__name__] += 1
-                before = ctl.state
-                commands = ctl.handle(event)
-                if commands:
-                    log.num_commands += len(commands)
-                    for cmd in commands:
-                        name = type(cmd).__name__
-                        commands_by_kind[name] += 1
-                        if keep_commands and name != "Route":
-                            log.command_log.append((world.core.now_s, cmd))
-                        world.execute(cmd)
-                if keep_history:
-                    after = ctl.state
-                    if after is not before and after != before:
-                        log.history.append((world.core.now_s, after))
+                handle(event)

@@ -24,10 +24,11 @@ from pearl.control.policies.base import Policy
 from pearl.control.state import ClusterState
 from pearl.errors import InputError
 from pearl.sim.config import SimConfig
-from pearl.sim.driver import Driver, DriverLog
+from pearl.sim.driver import Driver
 from pearl.sim.playback import TraceAction, live_gpu_seconds, playback_actions
 from pearl.sim.telemetry_out import decision_docs, summarise
 from pearl.sim.world import SimWorld
+from pearl.world.dispatch import DispatchLog
 
 Progress = Callable[[str, float, float], None]
 STATIC_DURATION_S = 7200.0
@@ -95,7 +96,7 @@ class PolicyRun:
 
     name: str
     summary: dict[str, Any]
-    log: DriverLog
+    log: DispatchLog
     duration_s: float
     turns: list[Any]
     worker_steps: list[Any]
