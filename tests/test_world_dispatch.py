@@ -59,9 +59,7 @@ def test_commands_run_in_order_with_the_hook_first_and_the_log_counts_them() -> 
 
 
 def test_nothing_kept_when_asked_not_to() -> None:
-    d = Dispatcher(
-        _World([]), _Controller(), lambda: 0.0, keep_history=False, keep_commands=False
-    )
+    d = Dispatcher(_World([]), _Controller(), lambda: 0.0, keep_history=False, keep_commands=False)
     d.handle(ev.Started(0.0))
     d.handle(ev.Started(0.0))
     assert d.log.command_log == [] and d.log.history == []
