@@ -122,6 +122,8 @@ def test_validate_json_reports_errors_and_choices() -> None:
     assert doc["num_points"] == 2  # colocated:2 and disaggregated:1:1
     assert 0.0 <= doc["median_rel_error"] <= doc["p90_rel_error"]
     assert doc["choice_within_1pct"] in (0.0, 1.0)
+    assert doc["choice_within_1pct_or_noise"] >= doc["choice_within_1pct"]
+    assert all(len(p["simulated_steps_s"]) == 1 for p in doc["points"])
 
 
 def test_simulate_on_a_trace_file(tmp_path: Path) -> None:
