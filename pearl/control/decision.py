@@ -10,10 +10,12 @@ the minimum predicted makespan, subject to hysteresis:
   ratio change within the mode one above `ratio_switch_threshold` (smaller);
 * an infeasible *stay* forces a switch to the best feasible candidate.
 
-Why only full-budget splits: in our makespan model adding a worker never lengthens any
-term (prefill work per worker, decode busy time and critical path all shrink or stay, and
-feasibility only improves), so a config with fewer workers than the budget is never
-strictly better; property tests pin this (`tests/control/test_decision.py`).
+Why only full-budget splits: in our makespan model the best split never gets worse with
+one more worker (prefill work per worker and decode busy time shrink or stay, and
+feasibility only improves), so a budget's best is never beaten by a smaller budget's;
+property tests pin this (`tests/control/test_decision.py`). One split with one more decode
+worker can predict a slightly longer tail (the others' turns return to the prefill queue
+sooner), a closed-system effect the tests bound.
 
 Scoring is vectorised over all splits and the choice is made on the arrays; `Decision.
 candidates` is a `CandidateTable`, a read-only sequence that builds each `Candidate` on

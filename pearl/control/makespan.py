@@ -19,52 +19,55 @@ profile's size B_obs; for a batch of B its excess over the mean trajectory is sc
   evicted prefixes are prefilled again (paper §6.1). `c_mode` (colocated and
   disaggregated apart) is fitted by the tracker from observed hit shares; KV of a turn
   `t_kv = lat + K*kv_bytes*s`;
-* decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, S)`:
-  trajectories waiting on the environment do not decode, trajectories that finished early
-  (they run T of the tail's T_tail turns) no longer do, and KV memory caps the batch at
-  `S = (H_max - K_seq)/K_dec` *seats* (admission is FIFO and allocates whole contexts, so
-  about one sequence's KV stays free at the head of the line; `H_max` is the KV pool the
-  engines report in telemetry, else the hardware prior's estimate);
-  disaggregated, a turn being prefilled or moving its KV holds no decode slot either, so
-  `b` is further scaled by `D/(D + t_pf + t_kv)` with `D = n_d*t_step(b)` (a few
-  fixed-point iterations);
-  decode iteration `t_step = a + b_d*min(b, b_sat) + c_ctx*b*K_dec` with `K_dec = K + n_d/2`
-  (`b_sat`: MoE, the batch at which every expert is read, `HardwarePrior`; dense: none).
+* decode iteration `t_step = a + b_d*min(b, b_sat) + c_ctx*b*K_dec` at decode batch `b`,
+  with `K_dec = K + n_d/2` (`b_sat`: MoE, the batch at which every expert is read,
+  `HardwarePrior`; dense: none); KV memory holds `S = (H_max - K_seq)/K_dec` *seats*
+  (admission is FIFO and allocates whole contexts, so about one sequence's KV stays free
+  at the head of the line; `H_max` is the KV pool the engines report in telemetry, else
+  the hardware prior's estimate).
 
-Two bounds, the makespan is the larger (both are lower bounds of a real schedule):
-
-* **throughput bound**: a worker's total work over its capacity (decode busy time
-  `D_w = B*T*n_d/N / b * t_step`);
-* **critical path** of the tail trajectory, including the bubbles other work puts in its
-  way. Where work queues for a worker (the disaggregated prefill queue) it waits at
-  utilisation `P/M` (P: the interfering work per worker, M: the makespan), so
-  `M = A + C*M/(M-P)`, where C is the waiting part and A the rest; the larger root of
-  `M^2 - (A+P+C)M + AP = 0` solves it in closed form (it grows with A, P and C).
-  Where KV seats are the bottleneck, each of a worker's `n = B/N * T/T_tail` live
-  trajectories holds a seat for `s` seconds per turn, so a turn's cycle is at least
-  `n*s/S` (the response-time law of a closed system): the path is at least
-  `T_tail * n * s / S`.
+The makespan is the larger of a **throughput bound** (a worker's total work over its
+capacity) and the **critical path** of the tail trajectory, including the bubbles other
+work puts in its way (both are lower bounds of a real schedule).
 
 Colocated (N workers): prefill and decode share iterations on the same GPUs (chunked
-prefill). Throughput bound `max(P_w + D_w, ((B/N - 1)*T + T_tail) * s / S)`: per-worker
-prefill and decode busy time, and the seat time of the tail's worker (trajectories stay
-on the worker that holds their prefix); a decode token costs a mean iteration, the decode
-step stretched by the prefill riding in it: `t_tok = t_step * (1 + P_w/D_w)`, and a turn
-holds its seat for `s = t_pf + n_d*t_tok`. Critical path: the tail's own prefills,
-`D_tail*t_tok` and `E_tail`, or the seat path if longer.
+prefill). Decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, S)`:
+trajectories waiting on the environment do not decode, and trajectories that finished
+early (they run T of the tail's T_tail turns) no longer do. Throughput bound
+`max(P_w + D_w, ((B/N - 1)*T + T_tail) * s / S)`: per-worker prefill and decode busy time
+(`D_w = B*T*n_d/N / b * t_step`), and the seat time of the tail's worker (trajectories
+stay on the worker that holds their prefix); a decode token costs a mean iteration, the
+decode step stretched by the prefill riding in it: `t_tok = t_step * (1 + P_w/D_w)`, and
+a turn holds its seat for `s = t_pf + n_d*t_tok`. Critical path: the tail's own prefills,
+`D_tail*t_tok` and `E_tail`, or, where KV seats are the bottleneck, the seat path
+`T_tail * n * s / S` with `n = B/N * T/T_tail` live trajectories per worker (a turn's
+cycle is at least `n*s/S`, the response-time law of a closed system).
 
-Disaggregated (p prefill, d decode): the two paths run concurrently. Prefill path
-`max(prefill work, KV link time) / p`; decode path `max(D_d, D_tail*t_step)`; on the
-critical path the tail's prefills queue behind others' (C = its prefill time, P = prefill
-path), then its KV transfers (`T_tail*t_kv`), decode and environment add up; or the seat
-path of the decode workers (`s = n_d*t_step`) if longer.
+Disaggregated (p prefill, d decode): the two stages run concurrently, and the tail is
+followed round by round over its turns, because how many trajectories still run sets what
+its turns wait for. In round k, `n_k = max(1, B*S(k))` trajectories run (`S`: our coarse
+normal survival of turns per trajectory from the profile's mean and p90). A mean turn's
+own work is `o = t_pf + t_kv + n_d*t_step(b) + e` (e: its environment and overhead); it
+queues at its prefill worker (sticky routing: one queue per worker) with service
+`s = max(t_pf, t_kv)` at utilisation `u = L/x`, `L = n_k*s/p`, so its cycle `x` solves the
+M/M/1 `x = o + s*u/(1-u)` (closed form: the larger root of `(x-o)(x-L) = s*L`), and is at
+least the decode seats' response time `n_k*n_d*t_step/(d*S)`. The decoding share of the
+live trajectories sets the batch, `b = clip(n_k/d * n_d*t_step(b)/x, 1, S)` (a fixed
+point: the batch sets the decode step, the step the share). The tail's round is its own
+prefill, KV transfer, decode and environment per turn plus the round's wait `x - o`; the
+critical path sums its rounds. Throughput bounds: prefill path `max(prefill work, KV link
+time) / p`, decode path `sum_k n_k*n_d*t_step/b / d` (at least the tail's own decode).
+(The same rounds for colocation, the seats' response time per round in place of the
+averaged seat path, were tried: `pearl validate` 30B improved, 88% against 81% within 1%,
+but PEARL's throughput on the 8B segments fell 1-4%, docs/decision-engine.md.)
 
 Feasibility (paper §4.2): a worker's weights fit its GPUs; one trajectory's context fits a
 worker's KV memory (prefill workers stage whole contexts); disaggregation needs decode KV
 memory for the trajectories that decode at once, `B * (1-f) * K_seq <= N_D * H_max` with
 `K_seq = K + n_d`. The paper writes `B * K_seq`; we leave out the share `f` waiting on the
 environment because a decode worker frees a turn's KV when the turn ends (the next turn's
-KV arrives from a prefill worker), and KV pressure short of the bound is in the seat path.
+KV arrives from a prefill worker), and KV pressure short of the bound is in the seats' response
+time.
 
 Everything is our own coarse model, deliberately independent of the simulator's world.
 The core works on numpy arrays so the decision engine can score thousands of splits at once.
@@ -138,6 +141,12 @@ class _Workload:
     decode_saturation_seqs: float
     hit_coeff_disaggregated: float
     hit_depth: float
+    alive: np.ndarray  # `_alive_by_round`: trajectories still running in each tail round
+    round_weight: np.ndarray  # 1 per round, the tail's fractional last round less
+    env_turn_s: float  # a mean trajectory's time off the model per turn
+    tail_turn_s: tuple[
+        float, float, float
+    ]  # the tail's (new tokens, decode tokens, env s) per turn
 
 
 def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) -> _Workload:
@@ -159,18 +168,22 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
 
     tail_turns = max(tail(profile.tail_turns, turns), 1.0)
     h_max = profile.kv_capacity(num_gpus_per_worker)
+    alive, round_weight = _alive_by_round(profile, batch, tail_turns)
+    tail_new = tail(profile.tail_new_prefill_tokens, turns * profile.new_prefill_tokens_per_turn)
+    tail_decode = tail(profile.tail_decode_tokens, turns * n_d)
+    tail_env = (
+        tail(profile.tail_env_s, turns * profile.env_s_per_turn_mean)
+        + tail_turns * profile.turn_overhead_s
+    )
     return _Workload(
         batch=float(batch),
         turns=turns,
         tail_turns=tail_turns,
-        tail_new_tokens=tail(
-            profile.tail_new_prefill_tokens, turns * profile.new_prefill_tokens_per_turn
-        ),
+        tail_new_tokens=tail_new,
         tail_cached_tokens=tail_turns * profile.cached_prefix_tokens_per_turn,
-        tail_decode_tokens=tail(profile.tail_decode_tokens, turns * n_d),
+        tail_decode_tokens=tail_decode,
         # time off the model: environment steps plus the world's per-turn dispatch overhead
-        tail_env_s=tail(profile.tail_env_s, turns * profile.env_s_per_turn_mean)
-        + tail_turns * profile.turn_overhead_s,
+        tail_env_s=tail_env,
         live=min(1.0, max(0.05, turns / tail_turns)),
         n_new=profile.new_prefill_tokens_per_turn,
         n_cached=profile.cached_prefix_tokens_per_turn,
@@ -197,19 +210,41 @@ def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) ->
         decode_saturation_seqs=hw.decode_saturation_seqs,
         hit_coeff_disaggregated=profile.cache_hit_coeff_disaggregated,
         hit_depth=min(max(profile.prefix_hit_depth, 0.0), 1.0),
+        alive=alive,
+        round_weight=round_weight,
+        # the last turn of a trajectory has no environment step after it
+        env_turn_s=profile.env_s_per_turn_mean * max(turns - 1.0, 0.0) / turns
+        + profile.turn_overhead_s,
+        tail_turn_s=(tail_new / tail_turns, tail_decode / tail_turns, tail_env / tail_turns),
     )
+
+
+def _alive_by_round(
+    profile: WorkloadProfile, batch: int, tail_turns: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Trajectories still running while the tail runs its k-th turn, k = 1..ceil(T_tail),
+    and each round's weight (the tail's last round may be fractional).
+
+    Trajectories progress in rounds (each waits for its own turn's prefill, decode and
+    environment), so while the tail is in round k the others running are those with at
+    least k turns: `B * S(k)`, at least the tail itself. `S` is our coarse normal survival
+    of turns per trajectory with the profile's mean and p90 (sd = (p90 - mean) / 1.2816)."""
+    k_max = max(1, math.ceil(tail_turns - 1e-9))
+    mu = profile.turns_per_traj_mean
+    sd = (profile.turns_per_traj_p90 - mu) / 1.2816
+    ks = np.arange(1, k_max + 1, dtype=float)
+    if sd > 1e-6:
+        z = (ks - 0.5 - mu) / (sd * math.sqrt(2.0))
+        surv = np.array([0.5 * math.erfc(x) for x in z])
+    else:
+        surv = (ks <= mu + 0.5).astype(float)
+    weight = np.ones(k_max)
+    weight[-1] = tail_turns - (k_max - 1)
+    return np.maximum(batch * surv, 1.0), weight
 
 
 def _max_scale(batch: float) -> float:
     return math.sqrt(2.0 * math.log(max(batch, 2.0)))
-
-
-def _interrupted_path(
-    a: np.ndarray | float, c: np.ndarray | float, p: np.ndarray | float
-) -> np.ndarray:
-    """Solve M = A + C*M/(M-P) for the root M > max(A, P) (see module docstring)."""
-    s = np.asarray(a + c + p, dtype=float)
-    return (s + np.sqrt(np.maximum(s * s - 4.0 * np.multiply(a, p), 0.0))) / 2.0
 
 
 def _prefill(
@@ -239,6 +274,9 @@ def _seats(h_max: float, k_seq: float, ctx_dec: float) -> float:
     return max(1.0, (h_max - k_seq) / ctx_dec)
 
 
+_MAX_ITERATIONS = 100  # the rounds' fixed points converge in a few dozen at most
+
+
 def _seat_path(w: _Workload, workers: np.ndarray, seat_s: np.ndarray) -> np.ndarray:
     """The tail's critical path when KV seats are the bottleneck: each of the worker's live
     trajectories cycles through a seat it holds `seat_s` per turn, so a turn's cycle is at
@@ -252,16 +290,10 @@ def _step_s(w: _Workload, b: np.ndarray) -> np.ndarray:
     return w.step_a + w.step_b * np.minimum(b, w.decode_saturation_seqs) + w.step_c * b * w.ctx_dec
 
 
-def _decode(
-    w: _Workload, workers: np.ndarray, away_s: np.ndarray | float = 0.0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-worker decode concurrency, iteration time and busy time for `workers` workers."""
-    cap = w.seats
+def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Colocated per-worker decode concurrency, iteration time and busy time."""
     full = w.batch / np.asarray(workers, dtype=float) * (1.0 - w.wait) * w.live
-    b = np.clip(full, 1.0, cap)
-    for _ in range(4 if np.any(np.asarray(away_s) > 0) else 0):
-        dec = w.n_d * _step_s(w, b)
-        b = np.clip(full * dec / (dec + away_s), 1.0, cap)
+    b = np.clip(full, 1.0, w.seats)
     t_step = _step_s(w, b)
     busy = w.batch * w.turns * w.n_d / workers / b * t_step
     return b, t_step, busy
@@ -302,37 +334,78 @@ def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str, np.ndarray]:
-    """Disaggregated makespan for prefill counts `p` and decode counts `d` (same shape)."""
+    """Disaggregated makespan for prefill counts `p` and decode counts `d` (same shape),
+    round by round over the tail's turns (see module docstring)."""
     p = np.asarray(p, dtype=float)
     d = np.asarray(d, dtype=float)
     t_pf, own_prefill, hit = _prefill(w, p, w.hit_coeff_disaggregated)
     prefill = w.batch * w.turns * t_pf / p
     kv_link = w.batch * w.turns * w.t_kv / p
     prefill_path = np.maximum(prefill, kv_link)
-    b, t_step, decode = _decode(w, d, t_pf + w.t_kv)
-    own_decode = w.tail_decode_tokens * t_step
-    decode_path = np.maximum(decode, own_decode)
-    kv = w.tail_turns * w.t_kv
-    env = w.tail_env_s
-    crit = np.maximum(
-        _interrupted_path(kv + own_decode + env, own_prefill, prefill_path),
-        _seat_path(w, d, w.n_d * t_step),
-    )
+    # candidates x rounds
+    n = w.alive[None, :]
+    serve = np.maximum(t_pf, w.t_kv)[:, None]  # a turn's service at its prefill worker
+    load = n * serve / p[:, None]  # prefill-stage work per worker per round
+    dd = d[:, None]
+    b = np.clip(n / dd, 1.0, w.seats)  # from above: decreases to the largest fixed point
+    for _ in range(_MAX_ITERATIONS):
+        step, cycle, _ = _disaggregated_round(w, b, n, dd, t_pf[:, None], serve, load)
+        b_next = np.clip(n / dd * (w.n_d * step) / cycle, 1.0, w.seats)
+        done = np.max(np.abs(b_next - b) / b) < 1e-12
+        b = b_next
+        if done:
+            break
+    step, cycle, own = _disaggregated_round(w, b, n, dd, t_pf[:, None], serve, load)
+    wait = cycle - own
+    tail_own = (own_prefill / w.tail_turns)[:, None] + w.t_kv + w.tail_turn_s[1] * step
+    tail_own = tail_own + w.tail_turn_s[2]
+    rw = w.round_weight[None, :]
+    crit = ((tail_own + wait) * rw).sum(axis=1)
+    own_decode = (w.tail_turn_s[1] * step * rw).sum(axis=1)
+    decode = (n * w.n_d * step / b).sum(axis=1) / d
     tput = np.maximum(prefill_path, decode)
+    rounds = rw.sum()
     return {
         "makespan_s": np.maximum(tput, crit),
         "throughput_bound_s": tput,
         "critical_path_s": crit,
         "prefill_path_s": prefill_path,
-        "decode_path_s": decode_path,
-        "kv_transfer_s": np.full_like(p, kv),
-        "queueing_s": crit - own_prefill - kv - own_decode - env,
-        "env_s": np.full_like(p, env),
+        "decode_path_s": np.maximum(decode, own_decode),
+        "kv_transfer_s": np.full_like(p, w.tail_turns * w.t_kv),
+        "queueing_s": (wait * rw).sum(axis=1),
+        "env_s": np.full_like(p, w.tail_env_s),
         "tail_turns": np.full_like(p, w.tail_turns),
         "prefix_hit_share": hit,
-        "decode_batch": b,
-        "decode_step_s": t_step,
+        "decode_batch": (b * rw).sum(axis=1) / rounds,
+        "decode_step_s": (step * rw).sum(axis=1) / rounds,
     }
+
+
+def _disaggregated_round(
+    w: _Workload,
+    b: np.ndarray,
+    n: np.ndarray,
+    d: np.ndarray,
+    t_pf: np.ndarray,
+    serve: np.ndarray,
+    load: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A disaggregated round at decode batch `b`: the decode step, a mean trajectory's turn
+    cycle (its own work, plus the prefill queue's wait at utilisation `load / cycle`, or
+    the decode seats' response-time law `n * s / (d * S)` if longer) and its own work."""
+    step = _step_s(w, b)
+    dec = w.n_d * step
+    own = t_pf + w.t_kv + dec + w.env_turn_s
+    cycle = np.maximum(_queued_cycle(own, load, serve), n * dec / (d * w.seats))
+    return step, cycle, own
+
+
+def _queued_cycle(own: np.ndarray, load: np.ndarray, serve: np.ndarray) -> np.ndarray:
+    """A turn's cycle `x` when its own work `own` waits in a queue of service time `serve`
+    at utilisation `load / x` (M/M/1: `x = own + serve * u / (1 - u)`): the larger root of
+    `(x - own)(x - load) = serve * load`, which exceeds both `own` and `load`."""
+    gap = own - load
+    return (own + load + np.sqrt(gap * gap + 4.0 * serve * load)) / 2.0
 
 
 def feasibility(

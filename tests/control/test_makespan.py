@@ -58,10 +58,14 @@ def simple_profile(**kw) -> WorkloadProfile:
     return WorkloadProfile(**base)
 
 
-def _root(a: float, c: float, p: float) -> float:
-    """Larger root of M = A + C*M/(M-P), by the quadratic formula."""
-    s = a + c + p
-    return (s + math.sqrt(s * s - 4 * a * p)) / 2
+def _queued(own: float, load: float, serve: float) -> float:
+    """Cycle x of a turn with own work `own` waiting in an M/M/1 queue of service time
+    `serve` at utilisation load/x: x = own + serve*u/(1-u), solved by iteration."""
+    x = own + load
+    for _ in range(200):
+        u = load / x
+        x = own + serve * u / (1 - u)
+    return x
 
 
 def test_colocated_hand_computed():
@@ -102,20 +106,41 @@ def test_colocated_kv_seats_bind():
 
 
 def test_disaggregated_hand_computed():
-    """1 prefill + 1 decode: the decode path (24.2 s) beats the critical path (22.79 s)."""
+    """1 prefill + 1 decode, all 8 trajectories running 10 turns: round by round, each
+    turn's cycle is its own work plus its wait in the prefill queue (M/M/1 at utilisation
+    8 * 0.11 s / cycle); the tail's critical path (22.84 s) beats the decode path."""
     pred = predict(PDConfig.disaggregated(1, 1), simple_profile(), batch=8)
     b = pred.breakdown
     assert b["prefill_path_s"] == pytest.approx(8.8)  # max(8*10*0.11, KV link 8*10*0.1)
-    # 8*(1-0.5)*(10/10) = 4, times D/(D + t_pf + t_kv) = 1.0/(1.0 + 0.11 + 0.1): a turn in
-    # prefill or KV transfer holds no decode slot (D = 100 tokens * 0.01 s)
-    assert b["decode_batch"] == pytest.approx(4.0 / 1.21)
-    assert b["decode_path_s"] == pytest.approx(80.0 * 1.21 / 4.0 * 0.01 * 100)
+    # a mean turn's own work: prefill 0.11 + KV 0.1 + decode 100 * 0.01 + environment
+    # 1.0 s on 9 of its 10 turns
+    own = 0.11 + 0.1 + 1.0 + 0.9
+    load = 8 * 0.11
+    cycle = _queued(own, load, 0.11)
+    assert cycle == pytest.approx(2.1842, abs=1e-4)
+    # decoding share of the 8 live trajectories: 8 * 1.0 s of decode per cycle
+    assert b["decode_batch"] == pytest.approx(8 * 1.0 / cycle)
+    assert b["decode_path_s"] == pytest.approx(80 * 100 * 0.01 / (8 / cycle))
     assert b["kv_transfer_s"] == pytest.approx(1.0)
-    crit = _root(1.0 + 10.0 + 10.0, 1.1, 8.8)
-    assert crit == pytest.approx(22.79, abs=1e-2)
+    # the tail's own turn: prefill 1.1/10, KV 0.1, decode 1.0, environment 10/10 s
+    crit = 10 * (0.11 + 0.1 + 1.0 + 1.0 + (cycle - own))
     assert b["critical_path_s"] == pytest.approx(crit)
-    assert pred.makespan_s == pytest.approx(24.2)
-    assert b["queueing_s"] == pytest.approx(crit - 1.1 - 1.0 - 10.0 - 10.0)
+    assert b["queueing_s"] == pytest.approx(10 * (cycle - own))
+    assert pred.makespan_s == pytest.approx(max(crit, b["decode_path_s"]))
+    assert pred.makespan_s == pytest.approx(22.84, abs=1e-2)
+
+
+def test_disaggregated_prefill_queue_tracks_the_live_trajectories():
+    """A tail of 20 turns against a mean of 10: after round 10 only the tail is left, so
+    it waits for no one's prefill and its decode runs alone (batch 1)."""
+    p = simple_profile(tail_turns=20, tail_new_prefill_tokens=20_000, tail_decode_tokens=2000,
+                       tail_env_s=20.0)  # fmt: skip
+    full = predict(PDConfig.disaggregated(1, 1), simple_profile(), 8).breakdown
+    long = predict(PDConfig.disaggregated(1, 1), p, 8).breakdown
+    own = 0.11 + 0.1 + 1.0 + 0.9
+    alone = 10 * (_queued(own, 0.11, 0.11) - own)  # the tail alone: utilisation 0.11/cycle
+    assert long["queueing_s"] == pytest.approx(full["queueing_s"] + alone)
+    assert long["decode_batch"] < full["decode_batch"]
 
 
 def test_small_prefix_cache_prefills_evicted_context_again():
