@@ -267,9 +267,11 @@ def _play_ray(script: Any, *, borrow: bool, offer: tuple[str, ...] = ()) -> list
 
     from pearl.runtime.lending import TrainingLending
     from pearl.runtime.run_config import RunConfig
+    from pearl.runtime.wall_clock import WallClock
     from pearl.runtime.worker.api import EngineSpec
     from pearl.runtime.world import RayWorld
     from pearl.world.dispatch import Dispatcher
+    from pearl.world.loop import drive
 
     cfg = RunConfig.model_validate({"cluster": {"park_borrowed_workers": False}})
     trainer = ray.remote(num_cpus=0)(_Trainer).remote() if borrow else None
@@ -310,12 +312,12 @@ def _play_ray(script: Any, *, borrow: bool, offer: tuple[str, ...] = ()) -> list
                 gpus = tuple(Gpu(g, Zone.PREEMPTIBLE, node="spot") for g in offer)
                 queue.put_nowait(ev.GpusOffered(0.0, gpus, None))
             deadline = time.monotonic() + 180.0
-            while not script.done and time.monotonic() < deadline:
-                try:
-                    e = await asyncio.wait_for(queue.get(), 1.0)
-                except TimeoutError:
-                    continue
-                dispatcher.handle(e)
+            # the runtime driver's loop: the one loop of both worlds, on the wall clock
+            await drive(
+                WallClock(queue, now),
+                dispatcher.handle,
+                done=lambda: script.done or time.monotonic() > deadline,
+            )
             with pytest.raises(TypeError, match="unknown command"):
                 world.execute(object())
         finally:

@@ -1,8 +1,9 @@
 """The runtime driver: the shared controller driving real Ray actors (docs/architecture.md).
 
-The loop is the simulator's, on wall time: take the next world event and hand it to the
-`Dispatcher` (`pearl.world.dispatch`, the simulator's step too), which gives it to the
-controller and executes the commands it returns; each command's completion is a later event.
+The loop is the simulator's (`pearl.world.loop.drive`), on a `WallClock`: take the next
+world event and hand it to the `Dispatcher` (`pearl.world.dispatch`, the simulator's step
+too), which gives it to the controller and executes the commands it returns; each
+command's completion is a later event.
 Around it the driver plays the availability trace on a local multi-node Ray cluster,
 schedules the trainer (asynchronous GRPO with bounded staleness; its idle windows are
 offered to the controller for borrowing and its devices are always returned before it
@@ -30,7 +31,9 @@ from pearl.runtime.snapshots import REGISTRY_NAME as REGISTRY
 from pearl.runtime.trace_player import TracePlayer, load_node_actions
 from pearl.runtime.trainer.grpo_trainer import GrpoConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
+from pearl.runtime.wall_clock import WallClock
 from pearl.world.dispatch import Dispatcher
+from pearl.world.loop import drive
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0  # how long cancelled tasks get to clean up before Ray stops
@@ -273,20 +276,10 @@ class RunDriver:
 
     # -- the loop ---------------------------------------------------------------------------
     async def _loop(self) -> None:
-        while not self.pipeline.done:
-            timeout = 0.25
-            next_at = self.player.next_at_s() if self.player is not None else None
-            if next_at is not None:
-                timeout = max(0.0, min(timeout, next_at - self.now()))
-            try:
-                event = await asyncio.wait_for(self.queue.get(), timeout)
-            except TimeoutError:
-                event = None
-            if self.player is not None:
-                self.player.play_due()
-            if event is not None:
-                self._handle(event)
-            self._refresh_live()
+        """The one driver loop of both worlds (`pearl.world.loop.drive`) on the wall clock."""
+        clock = WallClock(self.queue, self.now, self.player)
+        await drive(clock, self._handle, done=lambda: self.pipeline.done,
+                    after_step=self._refresh_live)  # fmt: skip
 
     def _handle(self, event: Any) -> None:
         before = self.controller.state

@@ -1,6 +1,6 @@
 """The simulator's driver: world events -> controller -> commands -> world (docs/architecture.md).
 
-The loop is the same shape as the runtime's driver:
+It runs the one driver loop of both worlds (`pearl.world.loop.drive`) on a `VirtualClock`:
 
 1. pop the next entry off the world's heap (this advances the virtual clock);
 2. run it: it is a world action (physics, env steps, trainer, trace playback) that may
@@ -8,7 +8,8 @@ The loop is the same shape as the runtime's driver:
 3. hand every emitted event, in order, to the `Dispatcher` (`pearl.world.dispatch`, the
    step the runtime's driver repeats too): `controller.handle(event)`, then each returned
    command executed on the world; a command's completion is emitted later (a scheduled
-   entry) or, for synchronous commands, into the same outbox after the current batch.
+   entry) or, for synchronous commands, into the same outbox, handed over before the next
+   entry is popped.
 
 The driver records what the controller did (commands by kind, state snapshots for the role
 timeline) and stops at `until_s` or when the heap runs dry.
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 
 from pearl.world.contract import ControllerLike, World
 from pearl.world.dispatch import Dispatcher, DispatchLog
+from pearl.world.loop import drive, run_to_completion
 
 
 class WorldLike(World, Protocol):
@@ -69,35 +71,49 @@ class Driver:
         `stop()` (checked after each entry) ends the run early when it returns True."""
         core = self.world.core
         self.world.start()
-        self._dispatch()
-        next_progress = 60.0
-        pop_due = getattr(core, "pop_due", None) if stop is None else None
-        while True:
-            if pop_due is not None:
-                handle = pop_due(until_s)  # the same as below, in one heap look
-                if handle is None:
-                    break
-            else:
-                t = core.peek_time_s()
-                if t is None or t > until_s or (stop is not None and stop()):
-                    break
-                handle = core.pop()
-            handle.payload()
-            self._dispatch()
-            if progress is not None and core.now_s >= next_progress:
-                progress(core.now_s)
-                next_progress = core.now_s + 60.0
+        clock = VirtualClock(self.world, until_s, progress=progress, stop=stop)
+        run_to_completion(drive(clock, self.dispatcher.handle))
         core.now_s = max(core.now_s, until_s) if core.peek_time_s() is not None else core.now_s
         if progress is not None:
             progress(until_s)
         return self.log
 
-    def _dispatch(self) -> None:
-        """Feed every pending world event to the controller, executing its commands."""
-        take, handle = self.world.take_outbox, self.dispatcher.handle
-        while True:
-            events = take()
-            if not events:
-                return
-            for event in events:
-                handle(event)
+
+class VirtualClock:
+    """The simulator's `pearl.world.loop.Clock`: the events already emitted (the world's
+    outbox) first, else the next heap entry run, up to `until_s` or until `stop()`."""
+
+    def __init__(
+        self,
+        world: WorldLike,
+        until_s: float,
+        *,
+        progress: Callable[[float], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self.world = world
+        self.core = world.core
+        self.until_s = until_s
+        self.progress = progress
+        self.stop = stop
+        self._next_progress = 60.0
+
+    async def advance(self) -> list[Any] | None:
+        events = self.world.take_outbox()
+        if events:
+            return events
+        core = self.core
+        if self.stop is None:
+            handle = core.pop_due(self.until_s)  # peek and pop in one heap look
+            if handle is None:
+                return None
+        else:
+            t = core.peek_time_s()
+            if t is None or t > self.until_s or self.stop():
+                return None
+            handle = core.pop()
+        handle.payload()
+        if self.progress is not None and core.now_s >= self._next_progress:
+            self.progress(core.now_s)
+            self._next_progress = core.now_s + 60.0
+        return self.world.take_outbox()

@@ -1,10 +1,11 @@
 """The step both worlds' drivers repeat: one event to the controller, each command it
 returns to the world, in order (docs/architecture.md, "the seam").
 
-The two drivers differ only in where the next event comes from: the simulator pops its
-heap (a virtual clock, `pearl.sim.driver`), the runtime awaits its event queue (a wall
-clock, `pearl.runtime.driver`). What happens to an event is this one `Dispatcher`, so the
-controller meets the same sequence of calls in both, and both keep the same log.
+Both drivers run one loop (`pearl.world.loop`) and differ only in its clock, where the
+next event comes from: the simulator pops its heap (a virtual clock, `pearl.sim.driver`),
+the runtime awaits its event queue (a wall clock, `pearl.runtime.wall_clock`). What happens
+to an event is this one `Dispatcher`, so the controller meets the same sequence of calls in
+both, and both keep the same log.
 """
 
 from __future__ import annotations

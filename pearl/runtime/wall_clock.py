@@ -1,0 +1,37 @@
+"""The runtime's clock for the one driver loop of both worlds (`pearl.world.loop`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from pearl.runtime.trace_player import TracePlayer
+
+
+class WallClock:
+    """The runtime's `pearl.world.loop.Clock`: the next event off the driver's queue, waited
+    for at most `TICK_S` (an empty step then, so the live view stays fresh) or until the
+    availability trace's next action is due, which is played before the step's events."""
+
+    TICK_S = 0.25
+
+    def __init__(
+        self, queue: asyncio.Queue[Any], now: Callable[[], float], player: TracePlayer | None = None
+    ) -> None:
+        self.queue = queue
+        self.now = now
+        self.player = player
+
+    async def advance(self) -> list[Any] | None:
+        timeout = self.TICK_S
+        next_at = self.player.next_at_s() if self.player is not None else None
+        if next_at is not None:
+            timeout = max(0.0, min(timeout, next_at - self.now()))
+        try:
+            event = await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            event = None
+        if self.player is not None:
+            self.player.play_due()
+        return [] if event is None else [event]
