@@ -275,6 +275,7 @@ def _seats(h_max: float, k_seq: float, ctx_dec: float) -> float:
 
 
 _MAX_ITERATIONS = 100  # the rounds' fixed points converge in a few dozen at most
+_TOLERANCE = 1e-10  # relative change of the decode batch that ends a fixed-point iteration
 
 
 def _seat_path(w: _Workload, workers: np.ndarray, seat_s: np.ndarray) -> np.ndarray:
@@ -351,7 +352,7 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
     for _ in range(_MAX_ITERATIONS):
         step, cycle, _ = _disaggregated_round(w, b, n, dd, t_pf[:, None], serve, load)
         b_next = np.clip(n / dd * (w.n_d * step) / cycle, 1.0, w.seats)
-        done = np.max(np.abs(b_next - b) / b) < 1e-12
+        done = np.max(np.abs(b_next - b) / b) < _TOLERANCE
         b = b_next
         if done:
             break
