@@ -30,12 +30,12 @@ from typing import Any, overload
 
 import numpy as np
 
+from pearl.control.batch_workload import batch_workload
 from pearl.control.makespan import (
     Prediction,
     colocated_arrays,
     disaggregated_arrays,
     feasibility,
-    workload,
 )
 from pearl.control.plan import PDConfig
 from pearl.control.profile import WorkloadProfile
@@ -221,7 +221,7 @@ class DecisionEngine:
         unknown = set(modes) - set(MODES)
         if unknown:
             raise ValueError(f"unknown mode(s) {sorted(unknown)}; use {', '.join(MODES)}")
-        w = workload(profile, batch, self.cfg.num_gpus_per_worker)
+        w = batch_workload(profile, batch, self.cfg.num_gpus_per_worker)
         blocks: list[tuple[str, dict[str, np.ndarray], np.ndarray, Callable[[int], str]]] = []
         if "colocated" in modes:
             arr = colocated_arrays(w, np.array([float(num_workers)]))

@@ -5,9 +5,9 @@ A batch of B trajectories; each runs turns of (prefill, decode, environment). Fr
 `K`; `T` turns per trajectory; share `f` of a trajectory's life spent waiting on its
 environment; and the *tail trajectory*, the one that finished last: `T_tail` turns and its
 totals of new prefill tokens, decode tokens `D_tail` and environment seconds `E_tail`) and
-the fitted per-worker costs (`PerfParams`). The tail was observed in batches of the
-profile's size B_obs; for a batch of B its excess over the mean trajectory is scaled by
-`sqrt(ln B / ln B_obs)` (the longest of B draws grows like `sqrt(2 ln B)`).
+the fitted per-worker costs (`PerfParams`), as `pearl.control.batch_workload` reduces them
+to numbers for one batch (the tail scaled to the batch size, the trajectories running in
+each of the tail's rounds, a worker's KV seats).
 
 * prefill of a turn `t_pf = a + (b_p + c_attn*K) * (n_p + n_c*(1-h))`, where `n_p` tokens
   per turn are new to the trajectory and `n_c` is the reusable prefix (the rest of the
@@ -75,13 +75,13 @@ The core works on numpy arrays so the decision engine can score thousands of spl
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from pearl.control.batch_workload import BatchWorkload, batch_workload
 from pearl.control.plan import PDConfig
 from pearl.control.profile import WorkloadProfile
 
@@ -104,151 +104,8 @@ class Prediction:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Workload:
-    """Scalars shared by every candidate of one prediction call."""
-
-    batch: float
-    turns: float
-    tail_turns: float
-    tail_new_tokens: float
-    tail_cached_tokens: float
-    tail_decode_tokens: float
-    tail_env_s: float
-    live: float
-    n_new: float
-    n_cached: float
-    ctx: float
-    working_set: float
-    t_kv: float
-    n_d: float
-    ctx_dec: float
-    k_seq: float
-    env_s: float
-    wait: float
-    h_max: float
-    seats: float  # `_seats`: sequences a worker's KV holds at once
-    weights_fit: bool
-    weight_gb: float
-    mem_gb: float
-    ctx_tail: float
-    step_a: float
-    step_b: float
-    step_c: float
-    prefill_b: float
-    prefill_c: float
-    hit_coeff_colocated: float
-    decode_saturation_seqs: float
-    hit_coeff_disaggregated: float
-    hit_depth: float
-    alive: np.ndarray  # `_alive_by_round`: trajectories still running in each tail round
-    round_weight: np.ndarray  # 1 per round, the tail's fractional last round less
-    env_turn_s: float  # a mean trajectory's time off the model per turn
-    tail_turn_s: tuple[
-        float, float, float
-    ]  # the tail's (new tokens, decode tokens, env s) per turn
-
-
-def _workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int) -> _Workload:
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-    if num_gpus_per_worker < 1:
-        raise ValueError(f"num_gpus_per_worker must be >= 1, got {num_gpus_per_worker}")
-    hw = profile.hardware
-    perf = profile.perf.scaled(num_gpus_per_worker)
-    ctx = profile.context_tokens_mean
-    n_d = profile.decode_tokens_per_turn
-    turns = profile.turns_per_traj_mean
-    # The tail was observed in batches of `profile.batch_size`; the longest of `batch` draws
-    # sits further out for larger batches (the max of B draws grows like sqrt(2 ln B)).
-    k = _max_scale(batch) / _max_scale(profile.batch_size)
-
-    def tail(observed: float, mean: float) -> float:
-        return observed if observed < mean else mean + (observed - mean) * k
-
-    tail_turns = max(tail(profile.tail_turns, turns), 1.0)
-    h_max = profile.kv_capacity(num_gpus_per_worker)
-    alive, round_weight = _alive_by_round(profile, batch, tail_turns)
-    tail_new = tail(profile.tail_new_prefill_tokens, turns * profile.new_prefill_tokens_per_turn)
-    tail_decode = tail(profile.tail_decode_tokens, turns * n_d)
-    tail_env = (
-        tail(profile.tail_env_s, turns * profile.env_s_per_turn_mean)
-        + tail_turns * profile.turn_overhead_s
-    )
-    return _Workload(
-        batch=float(batch),
-        turns=turns,
-        tail_turns=tail_turns,
-        tail_new_tokens=tail_new,
-        tail_cached_tokens=tail_turns * profile.cached_prefix_tokens_per_turn,
-        tail_decode_tokens=tail_decode,
-        # time off the model: environment steps plus the world's per-turn dispatch overhead
-        tail_env_s=tail_env,
-        live=min(1.0, max(0.05, turns / tail_turns)),
-        n_new=profile.new_prefill_tokens_per_turn,
-        n_cached=profile.cached_prefix_tokens_per_turn,
-        ctx=ctx,
-        working_set=batch * (ctx + n_d),
-        t_kv=perf.kv_transfer_s(ctx * hw.kv_bytes_per_token),
-        n_d=n_d,
-        ctx_dec=ctx + n_d / 2.0,
-        k_seq=ctx + n_d,
-        env_s=profile.env_s_per_turn_mean,
-        wait=min(max(profile.env_wait_fraction, 0.0), 0.99),
-        h_max=h_max,
-        seats=_seats(h_max, ctx + n_d, ctx + n_d / 2.0),
-        weights_fit=hw.weights_fit(num_gpus_per_worker),
-        weight_gb=hw.weight_bytes / 1e9,
-        mem_gb=hw.worker_memory_bytes(num_gpus_per_worker) / 1e9,
-        ctx_tail=max(profile.context_tokens_p90, ctx) + n_d,
-        step_a=perf.step_overhead_s,
-        step_b=perf.decode_s_per_seq,
-        step_c=perf.decode_s_per_ctx_token,
-        prefill_b=perf.prefill_s_per_token,
-        prefill_c=perf.prefill_s_per_token_ctx,
-        hit_coeff_colocated=profile.cache_hit_coeff_colocated,
-        decode_saturation_seqs=hw.decode_saturation_seqs,
-        hit_coeff_disaggregated=profile.cache_hit_coeff_disaggregated,
-        hit_depth=min(max(profile.prefix_hit_depth, 0.0), 1.0),
-        alive=alive,
-        round_weight=round_weight,
-        # the last turn of a trajectory has no environment step after it
-        env_turn_s=profile.env_s_per_turn_mean * max(turns - 1.0, 0.0) / turns
-        + profile.turn_overhead_s,
-        tail_turn_s=(tail_new / tail_turns, tail_decode / tail_turns, tail_env / tail_turns),
-    )
-
-
-def _alive_by_round(
-    profile: WorkloadProfile, batch: int, tail_turns: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Trajectories still running while the tail runs its k-th turn, k = 1..ceil(T_tail),
-    and each round's weight (the tail's last round may be fractional).
-
-    Trajectories progress in rounds (each waits for its own turn's prefill, decode and
-    environment), so while the tail is in round k the others running are those with at
-    least k turns: `B * S(k)`, at least the tail itself. `S` is our coarse normal survival
-    of turns per trajectory with the profile's mean and p90 (sd = (p90 - mean) / 1.2816)."""
-    k_max = max(1, math.ceil(tail_turns - 1e-9))
-    mu = profile.turns_per_traj_mean
-    sd = (profile.turns_per_traj_p90 - mu) / 1.2816
-    ks = np.arange(1, k_max + 1, dtype=float)
-    if sd > 1e-6:
-        z = (ks - 0.5 - mu) / (sd * math.sqrt(2.0))
-        surv = np.array([0.5 * math.erfc(x) for x in z])
-    else:
-        surv = (ks <= mu + 0.5).astype(float)
-    weight = np.ones(k_max)
-    weight[-1] = tail_turns - (k_max - 1)
-    return np.maximum(batch * surv, 1.0), weight
-
-
-def _max_scale(batch: float) -> float:
-    return math.sqrt(2.0 * math.log(max(batch, 2.0)))
-
-
 def _prefill(
-    w: _Workload, cache_workers: np.ndarray, hit_coeff: float
+    w: BatchWorkload, cache_workers: np.ndarray, hit_coeff: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-turn prefill time, the tail's total prefill time and the prefix-cache hit share
     when `cache_workers` workers keep the prefix caches (see module docstring)."""
@@ -266,19 +123,7 @@ def _prefill(
     return t_pf, tail, hit
 
 
-def _seats(h_max: float, k_seq: float, ctx_dec: float) -> float:
-    """Sequences a worker's KV holds at once: admission is FIFO and allocates a whole
-    context, so about one sequence's worth (`K_seq`) stays free at the head of the line."""
-    if h_max <= 0:
-        return 1.0
-    return max(1.0, (h_max - k_seq) / ctx_dec)
-
-
-_MAX_ITERATIONS = 100  # the rounds' fixed points converge in a few dozen at most
-_TOLERANCE = 1e-10  # relative change of the decode batch that ends a fixed-point iteration
-
-
-def _seat_path(w: _Workload, workers: np.ndarray, seat_s: np.ndarray) -> np.ndarray:
+def _seat_path(w: BatchWorkload, workers: np.ndarray, seat_s: np.ndarray) -> np.ndarray:
     """The tail's critical path when KV seats are the bottleneck: each of the worker's live
     trajectories cycles through a seat it holds `seat_s` per turn, so a turn's cycle is at
     least `n * seat_s / seats` (the response-time law of a closed system), for the tail's
@@ -287,11 +132,11 @@ def _seat_path(w: _Workload, workers: np.ndarray, seat_s: np.ndarray) -> np.ndar
     return w.tail_turns * alive * seat_s / w.seats
 
 
-def _step_s(w: _Workload, b: np.ndarray) -> np.ndarray:
+def _step_s(w: BatchWorkload, b: np.ndarray) -> np.ndarray:
     return w.step_a + w.step_b * np.minimum(b, w.decode_saturation_seqs) + w.step_c * b * w.ctx_dec
 
 
-def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _decode(w: BatchWorkload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Colocated per-worker decode concurrency, iteration time and busy time."""
     full = w.batch / np.asarray(workers, dtype=float) * (1.0 - w.wait) * w.live
     b = np.clip(full, 1.0, w.seats)
@@ -300,7 +145,7 @@ def _decode(w: _Workload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return b, t_step, busy
 
 
-def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
+def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
     """Colocated makespan for worker counts `n` (paper §4.3.1: PD serialised per GPU)."""
     n = np.asarray(n, dtype=float)
     t_pf, own_prefill, hit = _prefill(w, n, w.hit_coeff_colocated)
@@ -334,7 +179,11 @@ def colocated_arrays(w: _Workload, n: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str, np.ndarray]:
+_MAX_ITERATIONS = 100  # the rounds' fixed points converge in a few dozen at most
+_TOLERANCE = 1e-10  # relative change of the decode batch that ends a fixed-point iteration
+
+
+def disaggregated_arrays(w: BatchWorkload, p: np.ndarray, d: np.ndarray) -> dict[str, np.ndarray]:
     """Disaggregated makespan for prefill counts `p` and decode counts `d` (same shape),
     round by round over the tail's turns (see module docstring)."""
     p = np.asarray(p, dtype=float)
@@ -358,11 +207,11 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
             break
     step, cycle, own = _disaggregated_round(w, b, n, dd, t_pf[:, None], serve, load)
     wait = cycle - own
-    tail_own = (own_prefill / w.tail_turns)[:, None] + w.t_kv + w.tail_turn_s[1] * step
-    tail_own = tail_own + w.tail_turn_s[2]
+    own_prefill_per_turn = (own_prefill / w.tail_turns)[:, None]
+    tail_own = own_prefill_per_turn + w.t_kv + w.tail_decode_per_turn * step + w.tail_env_per_turn_s
     rw = w.round_weight[None, :]
     crit = ((tail_own + wait) * rw).sum(axis=1)
-    own_decode = (w.tail_turn_s[1] * step * rw).sum(axis=1)
+    own_decode = (w.tail_decode_per_turn * step * rw).sum(axis=1)
     decode = (n * w.n_d * step / b).sum(axis=1) / d
     tput = np.maximum(prefill_path, decode)
     rounds = rw.sum()
@@ -383,7 +232,7 @@ def disaggregated_arrays(w: _Workload, p: np.ndarray, d: np.ndarray) -> dict[str
 
 
 def _disaggregated_round(
-    w: _Workload,
+    w: BatchWorkload,
     b: np.ndarray,
     n: np.ndarray,
     d: np.ndarray,
@@ -410,7 +259,7 @@ def _queued_cycle(own: np.ndarray, load: np.ndarray, serve: np.ndarray) -> np.nd
 
 
 def feasibility(
-    w: _Workload, mode: str, num_decode: np.ndarray | None = None
+    w: BatchWorkload, mode: str, num_decode: np.ndarray | None = None
 ) -> tuple[np.ndarray, Callable[[int], str]]:
     """(feasible mask, reason of element i) for colocated (`num_decode` None) or
     disaggregated candidates. Reasons are built on demand: thousands of splits stay cheap."""
@@ -446,7 +295,7 @@ def predict(
     config: PDConfig, profile: WorkloadProfile, batch: int, *, num_gpus_per_worker: int = 1
 ) -> Prediction:
     """Predicted makespan of one rollout batch of `batch` trajectories under `config`."""
-    w = _workload(profile, batch, num_gpus_per_worker)
+    w = batch_workload(profile, batch, num_gpus_per_worker)
     if config.is_colocated:
         arrays = colocated_arrays(w, np.array([config.num_colocated], dtype=float))
         ok, reasons = feasibility(w, "colocated")
@@ -459,8 +308,3 @@ def predict(
         ok, reasons = feasibility(w, "disaggregated", np.array([config.num_decode]))
     breakdown = {k: float(v[0]) for k, v in arrays.items() if k != "makespan_s"}
     return Prediction(float(arrays["makespan_s"][0]), bool(ok[0]), reasons(0), breakdown)
-
-
-def workload(profile: WorkloadProfile, batch: int, num_gpus_per_worker: int = 1) -> _Workload:
-    """The scalars of one prediction call (for vectorised scoring in the decision engine)."""
-    return _workload(profile, batch, num_gpus_per_worker)

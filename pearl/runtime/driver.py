@@ -278,8 +278,9 @@ class RunDriver:
     async def _loop(self) -> None:
         """The one driver loop of both worlds (`pearl.world.loop.drive`) on the wall clock."""
         clock = WallClock(self.queue, self.now, self.player)
-        await drive(clock, self._handle, done=lambda: self.pipeline.done,
-                    after_step=self._refresh_live)  # fmt: skip
+        await drive(
+            clock, self._handle, done=lambda: self.pipeline.done, after_step=self._refresh_live
+        )
 
     def _handle(self, event: Any) -> None:
         before = self.controller.state
