@@ -14,9 +14,12 @@ handler for is an error in both.
 A third script reclaims a preemptible GPU in the middle of a route: the trajectory is
 routed to the worker there and, in the same breath (before the world has run anything),
 the worker is interrupted and stopped and its GPU released to the provider, as the
-controller does on a reclaim (or, in a variant, only interrupted). Both worlds must answer with the trajectory interrupted on
-that worker, and its resumed turn (a full prefill) must finish on the surviving worker;
-the reclaimed worker serves nothing.
+controller does on a reclaim (or, in a variant, only interrupted). Both worlds must answer
+with the trajectory interrupted on that worker, and its resumed turn (a full prefill) must
+finish on the surviving worker; the reclaimed worker serves nothing. In the mid-decode
+variants the cut comes on the turn's `RequestPhase` "decode" instead (the simulator built
+with `phase_events=True`): the interruption must carry the generated prefix (>= 1 token),
+where the cut before the route ran carries none.
 
 A second script borrows a training GPU: the trainer's state is offloaded, the worker starts
 on the training GPU and serves, then is drained and stopped, the GPU is released to
@@ -98,9 +101,12 @@ class ReclaimScript:
 
     TRAJ = "s0-g0-0"
 
-    def __init__(self, dedicated: str, preemptible: str, *, reclaim: bool = True) -> None:
+    def __init__(
+        self, dedicated: str, preemptible: str, *, reclaim: bool = True, mid_decode: bool = False
+    ) -> None:
         self.dedicated, self.preemptible = dedicated, preemptible
         self.reclaim = reclaim  # False: interrupt only (the worker stays, idle)
+        self.mid_decode = mid_decode  # cut the turn once it decodes, not before it runs
         self.seen: list[Any] = []
         self.ready: set[str] = set()
         self.routed = self.resumed = self.done = False
@@ -124,10 +130,12 @@ class ReclaimScript:
             return out
         if isinstance(e, ev.TrajectoryReady) and not self.routed:
             self.routed = True
-            out = [cmd.Route(self.TRAJ, "w0", None), cmd.Interrupt("w0")]
-            if self.reclaim:  # before the world ran the route
-                out += [cmd.StopWorker("w0"), cmd.ReleaseGpus((self.preemptible,), to="provider")]
-            return out
+            if self.mid_decode:
+                return [cmd.Route(self.TRAJ, "w0", None)]
+            return [cmd.Route(self.TRAJ, "w0", None), *self._cut()]  # before the world ran it
+        if isinstance(e, ev.RequestPhase) and self.mid_decode and not self.resumed:
+            assert (e.traj_id, e.phase) == (self.TRAJ, "decode")
+            return self._cut()
         if isinstance(e, ev.RequestInterrupted) and not self.resumed:
             self.resumed = True
             return [cmd.Route(self.TRAJ, "w1", None, full_prefill=True)]
@@ -135,11 +143,23 @@ class ReclaimScript:
             self.done = True
         return []
 
+    def _cut(self) -> list[cmd.Command]:
+        out: list[cmd.Command] = [cmd.Interrupt("w0")]
+        if self.reclaim:
+            out += [cmd.StopWorker("w0"), cmd.ReleaseGpus((self.preemptible,), to="provider")]
+        return out
 
-def _check_reclaim(seen: list[Any]) -> None:
+
+def _check_reclaim(seen: list[Any], *, mid_decode: bool = False) -> None:
     kinds = [type(e).__name__ for e in seen]
     (cut,) = [i for i, e in enumerate(seen) if isinstance(e, ev.RequestInterrupted)]
     assert (seen[cut].traj_id, seen[cut].worker_id) == (ReclaimScript.TRAJ, "w0"), kinds
+    if mid_decode:  # cut while decoding: the prefix it generated comes back with it
+        phases = [i for i, e in enumerate(seen) if isinstance(e, ev.RequestPhase)]
+        assert phases and phases[0] < cut and seen[cut].generated_tokens >= 1, seen[cut]
+        assert all(seen[i].phase == "decode" for i in phases), kinds  # colocated: no KV move
+    else:  # cut before it ran: nothing generated
+        assert seen[cut].generated_tokens == 0, seen[cut]
     turns = [(i, e) for i, e in enumerate(seen) if isinstance(e, ev.TurnFinished)]
     assert turns and all(e.worker_id == "w1" for _, e in turns), kinds  # w0 served nothing
     i, first = turns[0]
@@ -214,18 +234,25 @@ def test_simulated_world_lends_and_restores_a_training_gpu() -> None:
     assert world.trainer.home
 
 
-@pytest.mark.parametrize("reclaim", [True, False], ids=["reclaim", "interrupt-only"])
-def test_simulated_world_interrupts_a_reclaimed_route_and_resumes_it(reclaim: bool) -> None:
+CUTS = [(True, False), (False, False), (True, True), (False, True)]
+CUT_IDS = ["reclaim", "interrupt-only", "reclaim-mid-decode", "interrupt-only-mid-decode"]
+
+
+@pytest.mark.parametrize(("reclaim", "mid_decode"), CUTS, ids=CUT_IDS)
+def test_simulated_world_interrupts_a_reclaimed_route_and_resumes_it(
+    reclaim: bool, mid_decode: bool
+) -> None:
     from pearl.sim.config import SimConfig
     from pearl.sim.driver import Driver
     from pearl.sim.playback import TraceAction
     from pearl.sim.world import SimWorld
 
-    world = SimWorld(SimConfig(), [TraceAction(0.0, "offer", ("p0",))], borrowing=False)
-    script = ReclaimScript(world.dedicated[0].gpu_id, "p0", reclaim=reclaim)
+    offer = [TraceAction(0.0, "offer", ("p0",))]
+    world = SimWorld(SimConfig(), offer, borrowing=False, phase_events=mid_decode)
+    script = ReclaimScript(world.dedicated[0].gpu_id, "p0", reclaim=reclaim, mid_decode=mid_decode)
     Driver(world, script).run(3600.0, stop=lambda: script.done)
     assert script.done, [type(e).__name__ for e in script.seen]
-    _check_reclaim(script.seen)
+    _check_reclaim(script.seen, mid_decode=mid_decode)
     assert ("p0" in world.gpus) is not reclaim  # released to the provider
 
 
@@ -345,8 +372,10 @@ def test_ray_world_lends_and_restores_a_training_slot(cluster) -> None:
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("reclaim", [True, False], ids=["reclaim", "interrupt-only"])
-def test_ray_world_interrupts_a_reclaimed_route_and_resumes_it(cluster, reclaim: bool) -> None:
-    script = ReclaimScript("d0", "p0", reclaim=reclaim)
+@pytest.mark.parametrize(("reclaim", "mid_decode"), CUTS, ids=CUT_IDS)
+def test_ray_world_interrupts_a_reclaimed_route_and_resumes_it(
+    cluster, reclaim: bool, mid_decode: bool
+) -> None:
+    script = ReclaimScript("d0", "p0", reclaim=reclaim, mid_decode=mid_decode)
     _play_ray(script, borrow=False, offer=("p0",))
-    _check_reclaim(script.seen)
+    _check_reclaim(script.seen, mid_decode=mid_decode)

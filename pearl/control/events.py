@@ -144,7 +144,9 @@ class TrajectoryReady:
 class RequestPhase:
     """Optional progress of a turn in flight: its prefill ended and its KV is moving to the
     decode worker (`kv_transfer`), or it is decoding (`decode`). Worlds may omit these; the
-    book then shows the turn in `prefill` until it finishes."""
+    book then shows the turn in `prefill` until it finishes. The Ray runtime reports both
+    (decode: the first streamed tokens); the simulator only when built with
+    `phase_events=True` (they change no decision and cost it wake-ups)."""
 
     time_s: float
     traj_id: str

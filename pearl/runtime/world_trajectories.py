@@ -32,6 +32,7 @@ from pearl.runtime.worker.api import (
     KV_LOST,
     NO_VERSION,
     WORKER_LOST,
+    TokenChunk,
     TurnRequest,
     TurnResult,
     collect_turn,
@@ -258,8 +259,17 @@ class RayTrajectories:
             if not prefill.needs_decode:
                 return prefill.as_turn_result()
             self.counters["kv_handoffs"] += 1  # the KV leaves the prefill worker
+            self.emit(ev.RequestPhase(self.now(), req.traj_id, "kv_transfer"))
+        decoding = False
+
+        def on_chunk(chunk: TokenChunk) -> None:  # the first tokens: the turn is decoding
+            nonlocal decoding
+            if chunk.token_ids and not decoding:
+                decoding = True
+                self.emit(ev.RequestPhase(self.now(), req.traj_id, "decode"))
+
         stream: Any = dec_h.serve.options(num_returns="streaming").remote(req, prefill)
-        res = await collect_turn(stream, req, dec_id, prefill=prefill)
+        res = await collect_turn(stream, req, dec_id, on_chunk=on_chunk, prefill=prefill)
         if res.finish_reason == KV_LOST and prefill is not None:
             return dataclasses.replace(
                 res,

@@ -7,6 +7,7 @@ Functions over a `SimWorld` (kept apart from world.py so each module holds one c
 * `route`: submit a trajectory's current turn to its prefill (or colocated) worker.
 * `on_completion`: a worker finished a prefill (-> KV transfer -> decode worker) or a turn
   (-> `TurnFinished`, environment step, then `TrajectoryReady` or `TrajectoryDone`).
+* `decode_started`: a turn began decoding (`RequestPhase`, when the world reports phases).
 * `interrupt_worker`: abort a worker's requests. With `preserve` (reclaim notice, return
   of borrowed GPUs: paper §4.5) each trajectory keeps its generated prefix; without it (the
   GPU vanished) the current turn restarts from the tokens saved before it was routed.
@@ -15,7 +16,7 @@ Functions over a `SimWorld` (kept apart from world.py so each module holds one c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pearl.control import commands as C
 from pearl.control import events as E
@@ -44,6 +45,7 @@ class TrajRun:
     done: bool = False
     transfer: Handle | None = None
     route: tuple[str, str | None] | None = None  # (prefill, decode) workers while in flight
+    phase: str | None = None  # the last `RequestPhase` reported for the current route
 
 
 @dataclass
@@ -132,6 +134,7 @@ def route(world: SimWorld, cmd: C.Route) -> None:
     t.context_tokens = turn.context_tokens + tr.generated_tokens
     t.resumed = t.resumed or cmd.full_prefill
     tr.route = (p.worker_id, d.worker_id if d is not None else None)
+    tr.phase = None
     req = Request(
         tr.key,
         tr.turn,
@@ -175,6 +178,7 @@ def on_completion(world: SimWorld, w: SimWorker, c: Completion) -> None:
         _bounce(world, tr, decode_id or w.worker_id)
         return
     xfer_s = world.hardware_of(w).kv_transfer_time_s(c.prompt_tokens)
+    _report_phase(world, tr, "kv_transfer")
     t.t_kv_start_s = c.t_end_s
     t.t_kv_end_s = c.t_end_s + xfer_s
     d.incoming.add(tr.traj_id)
@@ -206,6 +210,22 @@ def _arrive(world: SimWorld, tr: TrajRun, d: SimWorker, c: Completion):
         world.touch(d)
 
     return run
+
+
+def decode_started(world: SimWorld, w: SimWorker, key: int) -> None:
+    """The turn of trajectory `key` began decoding on `w` (its prompt done, or its KV
+    taken in on the decode worker); reported once per route."""
+    tr = world.by_key.get(key)
+    if tr is None or tr.done or tr.route is None or w.worker_id not in tr.route:
+        return
+    _report_phase(world, tr, "decode")
+
+
+def _report_phase(world: SimWorld, tr: TrajRun, phase: Literal["kv_transfer", "decode"]) -> None:
+    if not world.phase_events or tr.phase == phase:
+        return
+    tr.phase = phase
+    world.emit(E.RequestPhase(world.core.now_s, tr.traj_id, phase))
 
 
 def _finish_turn(world: SimWorld, tr: TrajRun, worker_id: str, end_s: float) -> None:

@@ -26,7 +26,7 @@ training GPUs back takes `borrow_deactivation_s` (in the trainer). Workers creat
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pearl.control import commands as C
 from pearl.control import events as E
@@ -46,6 +46,7 @@ from pearl.sim.playback import TraceAction
 from pearl.sim.rollout import (
     StepRun,
     TrajRun,
+    decode_started,
     interrupt_worker,
     on_completion,
     route,
@@ -81,12 +82,24 @@ class WorldStats:
 class SimWorld:
     """See the module docstring. `actions` is the trace timeline (empty for a static budget)."""
 
-    def __init__(self, cfg: SimConfig, actions: list[TraceAction], *, borrowing: bool) -> None:
+    def __init__(
+        self,
+        cfg: SimConfig,
+        actions: list[TraceAction],
+        *,
+        borrowing: bool,
+        phase_events: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.core = EventCore(cfg.seed)
         self.model = get_model(cfg.cluster.model)
         self.gpu_spec = get_gpu(cfg.cluster.gpu)
         self.engine_config = cfg.engine.worker_config(self.gpu_spec.hbm_gb, self.gpu_spec.name)
+        # `RequestPhase` events (a turn's KV moving, its decode begun): optional in the
+        # contract and changing no decision, so off by default (they cost wake-ups)
+        self.phase_events = phase_events
+        if phase_events:
+            self.engine_config = replace(self.engine_config, report_decode_starts=True)
         self.workload = WorkloadSpec.model_validate(
             {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_context_tokens}
         )
@@ -294,6 +307,9 @@ class SimWorld:
             return
         for c in w.engine.advance(self.core.now_s):
             on_completion(self, w, c)
+        if self.phase_events:
+            for key, _ in w.engine.pop_decode_starts():
+                decode_started(self, w, key)
         self.touch(w)
         self.pool.check_drained(w)
 

@@ -76,6 +76,7 @@ class BatchingCore:
         self._seg: Segment | None = None
         self._admissions = 0
         self._done: list[Completion] = []
+        self._decode_starts: list[tuple[int, float]] = []  # (traj, time); when reported
         self.stats = WorkerStats()
         self._stats_mark = (now_s, self.stats.snapshot())
 
@@ -94,6 +95,8 @@ class BatchingCore:
         chunks = seg.chunks
         if chunks is None or self._waiting or self.role == Role.PREFILL:
             return end
+        if self.config.report_decode_starts:
+            return end  # the joins at seg's end are observable
         if len(self._prefilling) != len(chunks):
             return end
         n, d = seg.iters, seg.d
@@ -354,6 +357,8 @@ class BatchingCore:
         self._decoding[s.admit_no] = s
         self._ctx_sum += s.kv
         heapq.heappush(self._finish_heap, (s.d_finish, s.admit_no, s))
+        if self.config.report_decode_starts:
+            self._decode_starts.append((s.req.traj_id, t_s))
 
     def _min_decode_left(self) -> int:
         """Decode steps until the first decoding request finishes (>= 1)."""

@@ -91,6 +91,13 @@ class InferenceWorker(BatchingCore):
         done, self._done = self._done, []
         return done
 
+    def pop_decode_starts(self) -> list[tuple[int, float]]:
+        """(traj_id, time) of each request that began decoding here since the last call, in
+        time order (its prompt done, or its transferred KV taken in). Recorded only with
+        `config.report_decode_starts`; aborted requests are dropped."""
+        out, self._decode_starts = self._decode_starts, []
+        return out
+
     def next_change_time_s(self) -> float:
         """When to call `advance` next (math.inf: idle). Completions buffered by a late
         `submit` or `interrupt_all` make it the time of the first of them (<= now)."""
@@ -154,6 +161,7 @@ class InferenceWorker(BatchingCore):
         self._waiting.clear()
         self._prefilling.clear()
         self._decoding.clear()
+        self._decode_starts.clear()
         self._finish_heap.clear()
         self._ctx_sum = 0
         self._kv_active = 0
@@ -178,6 +186,7 @@ class InferenceWorker(BatchingCore):
         if held is None:
             return None
         self._cut_at(now_s)
+        self._decode_starts = [j for j in self._decode_starts if j[0] != traj_id]
         # the request may have finished in the iterations just applied
         if held in self._waiting:
             self._waiting.remove(held)

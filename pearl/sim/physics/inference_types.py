@@ -180,6 +180,9 @@ class WorkerConfig:
     prefix_caching: bool = True  # keep idle trajectories' KV for reuse
     prefix_cache_fraction: float = 1.0  # idle prefixes may use at most this share of KV
     kv_watermark_fraction: float = 0.01  # KV kept free at admission (growth headroom)
+    # Record each request's start of decoding for `InferenceWorker.pop_decode_starts` (and
+    # stop at every such boundary): off by default, it only serves phase events.
+    report_decode_starts: bool = False
 
     def __post_init__(self) -> None:
         if self.max_batched_tokens < 1 or self.prefill_max_batched_tokens < 1:
