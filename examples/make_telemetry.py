@@ -5,11 +5,11 @@ colocated on 4 workers, step 1 disaggregated with 1 prefill and 3 decode workers
 event loop of its own (not PEARL's simulator, not the decision engine's model) produces
 the records: continuous batching with 8K-token prefill chunks, a roofline iteration time
 `max(compute, memory) + launch` with lognormal noise, KV transfer over a ~22 GB/s link,
-and workload draws from ../shared/data/workload.md (turns: lognormal median 18, cap 50;
-generated tokens median 250; observations median 400; environment: 70% quick commands,
-25% test runs, 5% timeouts). A trajectory that waited long on its environment usually lost
-its prefix cache and prefills its whole context again (paper-notes: most of a turn's
-context is prefilled again in the paper's setting).
+and SWE-like workload draws of its own (turns: lognormal median 18, cap 50; generated
+tokens median 250; observations median 400; environment: 70% quick commands, 25% test
+runs, 5% timeouts; the simulator's draws are in docs/simulator-model.md). A trajectory that
+waited long on its environment usually lost its prefix cache and prefills its whole
+context again (in the paper's setting most of a turn's context is prefilled again).
 
 Run: `python examples/make_telemetry.py [OUT] [--seed N]` (default examples/telemetry.jsonl).
 Only worker iterations whose index is a multiple of `SAMPLE_EVERY` are written.

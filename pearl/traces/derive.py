@@ -1,8 +1,11 @@
 """Derive the bundled segments seg1, seg2, seg3 from the real traces (reproducible).
 
-    python -m pearl.traces.derive --data-dir ../shared/data/traces            # rewrite
-    python -m pearl.traces.derive --data-dir ../shared/data/traces --check    # verify
-    python -m pearl.traces.derive --data-dir ../shared/data/traces --search   # candidates
+    python -m pearl.traces.derive --data-dir DIR            # rewrite
+    python -m pearl.traces.derive --data-dir DIR --check    # verify
+    python -m pearl.traces.derive --data-dir DIR --search   # candidates
+
+DIR holds the raw traces as `parcae-p3/p3trace.csv` and `spotserve-g4dn/g4dn.csv`, copied
+from the two public repositories below at the commits named in `PARCAE` and `SPOTSERVE`.
 
 Each segment is a two-hour window of a real AWS spot trace (paper §6.1: three two-hour
 segments that differ in abundance and churn), scaled from nodes to GPUs and capped at 12
@@ -137,7 +140,12 @@ def _print_search(data_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", type=Path, default=Path("../shared/data/traces"))
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        required=True,
+        help="Folder with parcae-p3/p3trace.csv and spotserve-g4dn/g4dn.csv (the raw traces).",
+    )
     ap.add_argument("--check", action="store_true", help="Verify the bundled files, write nothing.")
     ap.add_argument("--search", action="store_true", help="Print candidate windows.")
     args = ap.parse_args(argv)
