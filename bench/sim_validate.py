@@ -8,29 +8,56 @@ are reported whatever they are. Rerun: `.venv/bin/python -m bench.sim_validate`.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
 
 from bench._md import machine_line, write_section
 from pearl.sim.config import SimConfig
 from pearl.sim.validate import validate
 
-STEPS = 6  # rollout steps per grid point: two leave step-to-step noise of 5-10%
+# Rollout steps per grid point. Steps differ by 5-10% (which trajectory ends last), so at 6
+# steps two configurations' difference carries 2-5% of noise, more than the 1% the choice
+# is judged by; 24 steps halve it. The engine's profile is still learned from 6 steps of
+# each of its two runs (what the tracker has after a short run).
+STEPS = 24
+PROFILE_STEPS = 6
+
+
+def _validate(model: str, budgets: tuple, batches: tuple, steps: int) -> tuple[dict, float]:
+    cfg = SimConfig().with_updates(**{"cluster.model": model})
+    t0 = time.process_time()
+    doc = validate(
+        cfg,
+        budgets=budgets,
+        batches=batches,
+        num_steps=steps,
+        profile_steps=min(steps, PROFILE_STEPS),
+    ).to_json()
+    return doc, time.process_time() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny grid, no BENCHMARKS.md update")
+    ap.add_argument("--json", metavar="PATH", help="also write both models' documents here")
     args = ap.parse_args(argv)
     # the grid: budgets 4-16 GPUs, batches 32-128
     budgets, batches = ((2,), (8,)) if args.quick else ((4, 8, 12, 16), (32, 64, 96, 128))
+    models = ("qwen3-8b",) if args.quick else ("qwen3-8b", "qwen3-30b-a3b")
+    steps = 2 if args.quick else STEPS
+    # one process per model (the simulations are independent; the CPU time is per model)
+    with ProcessPoolExecutor(max_workers=max(1, min(len(models), os.cpu_count() or 1))) as ex:
+        futures = [ex.submit(_validate, m, budgets, batches, steps) for m in models]
+        results: list[tuple[dict[str, Any], float]] = [f.result() for f in futures]
+    if args.json:
+        docs = {m: doc for m, (doc, _) in zip(models, results, strict=True)}
+        Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
     sections = []
-    for model in ("qwen3-8b",) if args.quick else ("qwen3-8b", "qwen3-30b-a3b"):
-        cfg = SimConfig().with_updates(**{"cluster.model": model})
-        t0 = time.process_time()
-        doc = validate(
-            cfg, budgets=budgets, batches=batches, num_steps=2 if args.quick else STEPS
-        ).to_json()
-        cpu = time.process_time() - t0
+    for model, (doc, cpu) in zip(models, results, strict=True):
         within = doc["choice_within_1pct"]
         or_noise = doc["choice_within_1pct_or_noise"]
         print(
@@ -79,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Machine: {machine_line()}. Rerun: `.venv/bin/python -m bench.sim_validate`. The "
             "runtime tracker learns the profile from two short simulated runs (colocated and "
-            f"disaggregated, 4 GPUs); each grid point is simulated for {STEPS} rollout steps with one "
+            f"disaggregated, 4 GPUs, {PROFILE_STEPS} rollout steps each); each grid point is "
+            f"simulated for {STEPS} rollout steps with one "
             "batch in flight and compared with `pearl.control.makespan.predict`. *gap*: how "
             "much slower the chosen configuration simulated than the best; *noise*: two "
             "standard errors of their step-by-step difference (every configuration runs the "

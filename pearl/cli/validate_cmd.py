@@ -35,6 +35,12 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(
             6, "--steps", min=1, help="Rollout steps per grid point (more: less noise, slower)."
         ),
+        profile_steps: int = typer.Option(
+            6,
+            "--profile-steps",
+            min=1,
+            help="Rollout steps of each of the two runs the engine's profile is learned from.",
+        ),
         seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
@@ -72,6 +78,7 @@ def register(app: typer.Typer) -> None:
                 budgets=_ints(budgets, "--budgets"),
                 batches=_ints(batches, "--batches"),
                 num_steps=steps,
+                profile_steps=profile_steps,
                 progress=on_progress,
             )
         doc: dict[str, Any] = result.to_json()

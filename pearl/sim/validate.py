@@ -1,8 +1,8 @@
 """The decision engine against the simulator (`pearl validate`).
 
 1. Profile: the runtime tracker (`pearl.control.tracker`) learns a `WorkloadProfile` from the
-   telemetry of two short profiling runs (one colocated, one disaggregated, so that KV
-   transfer is observed), exactly as it would from a real run.
+   telemetry of two short profiling runs of `profile_steps` steps (one colocated, one
+   disaggregated, so that KV transfer is observed), exactly as it would from a real run.
 2. Grid: for each budget N and batch B, every configuration (colocated, and every P:D split
    with P + D = N) is simulated with one rollout batch in flight (so a batch's makespan is
    its own, not shared with the next batch) for `num_steps` steps; the simulated makespan
@@ -205,14 +205,17 @@ def validate(
     budgets: tuple[int, ...] = (4, 8, 12),
     batches: tuple[int, ...] = (32, 64),
     num_steps: int = 6,
+    profile_steps: int = 6,
     progress: Progress | None = None,
 ) -> Validation:
-    """Predicted vs simulated makespans over the grid; see the module docstring."""
+    """Predicted vs simulated makespans over the grid; see the module docstring. The
+    profile's runs and the grid's are apart: more grid steps narrow the simulation's noise
+    without giving the engine more telemetry than a short run would."""
     from pearl.control.decision import DecisionEngine
     from pearl.control.makespan import predict
 
     gpw = cfg.cluster.gpus_per_worker
-    profile = learn_profile(cfg, num_gpus=min(budgets), num_steps=num_steps)
+    profile = learn_profile(cfg, num_gpus=min(budgets), num_steps=profile_steps)
     engine = DecisionEngine()
     points: list[GridPoint] = []
     choices: list[ChoiceCheck] = []

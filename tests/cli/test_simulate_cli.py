@@ -115,7 +115,8 @@ def test_unknown_experiment_exit_2() -> None:
 def test_validate_json_reports_errors_and_choices() -> None:
     """`pearl validate --json` on a tiny grid reports error quantiles and choice checks."""
     res = runner.invoke(
-        app, ["validate", "--budgets", "2", "--batches", "8", "--steps", "1", "--json"]
+        app,
+        "validate --budgets 2 --batches 8 --steps 1 --profile-steps 1 --json".split(),
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
