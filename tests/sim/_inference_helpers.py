@@ -5,6 +5,8 @@ from collections import deque
 
 from hypothesis import strategies as st
 
+from pearl.sim.physics.inference_types import Request, WorkerConfig
+
 
 def run(worker, submissions):
     """Drive one worker like the event loop does; returns completions in time order.
@@ -37,3 +39,21 @@ request_lists = st.lists(
     min_size=1,
     max_size=12,
 )
+
+
+def submissions(reqs):
+    """(submit time, Request) pairs from a `request_lists` draw (decode > generated)."""
+    return [
+        (
+            round(t, 3),
+            Request(traj, i, ctx, max(dec, gen + 1), generated_tokens=gen, full_prefill=full),
+        )
+        for i, (t, traj, ctx, dec, gen, full) in enumerate(reqs)
+    ]
+
+
+def budget_config(budget, max_seqs):
+    """A worker config with one token budget for both roles."""
+    return WorkerConfig(
+        max_batched_tokens=budget, prefill_max_batched_tokens=budget, max_num_seqs=max_seqs
+    )

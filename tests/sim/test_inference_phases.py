@@ -9,11 +9,10 @@ from hypothesis import strategies as st
 
 from pearl.control.state import Role
 from pearl.sim.physics.inference import InferenceWorker
-from pearl.sim.physics.inference_types import Request, WorkerConfig
 from pearl.sim.physics.iteration import WorkerHardware
 from pearl.specs import get_gpu, get_model
 
-from ._inference_helpers import request_lists, run
+from ._inference_helpers import budget_config, request_lists, run, submissions
 
 
 def run_reporting(worker, submissions):
@@ -43,15 +42,8 @@ def run_reporting(worker, submissions):
 )
 def test_reporting_decode_starts_changes_no_completion(reqs, role, budget, max_seqs):
     hw = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"), tp=1)
-    cfg = WorkerConfig(
-        max_batched_tokens=budget, prefill_max_batched_tokens=budget, max_num_seqs=max_seqs
-    )
-    subs = []
-    for i, (t, traj, ctx, dec, gen, full) in enumerate(reqs):
-        dec = max(dec, gen + 1)
-        subs.append(
-            (round(t, 3), Request(traj, i, ctx, dec, generated_tokens=gen, full_prefill=full))
-        )
+    cfg = budget_config(budget, max_seqs)
+    subs = submissions(reqs)
     quiet = run(InferenceWorker("w", hw, role, cfg), subs)
     loud = InferenceWorker("w", hw, role, replace(cfg, report_decode_starts=True))
     got, starts = run_reporting(loud, subs)

@@ -14,7 +14,7 @@ from pearl.sim.physics.inference_types import Request, WorkerConfig
 from pearl.sim.physics.iteration import HardwareParams, WorkerHardware
 from pearl.specs import get_gpu, get_model
 
-from ._inference_helpers import request_lists, run
+from ._inference_helpers import budget_config, request_lists, run, submissions
 
 
 def reference(hw, role, cfg, submissions, cap=None):
@@ -163,15 +163,8 @@ def test_analytical_worker_matches_iteration_by_iteration_reference(
 ):
     """Same completions (time, tokens, cache hits) as stepping every single iteration."""
     hw = WorkerHardware(get_model(model), get_gpu("h100-sxm"), tp=2)
-    cfg = WorkerConfig(
-        max_batched_tokens=budget, prefill_max_batched_tokens=budget, max_num_seqs=max_seqs
-    )
-    subs = []
-    for i, (t, traj, ctx, dec, gen, full) in enumerate(reqs):
-        dec = max(dec, gen + 1)
-        subs.append(
-            (round(t, 3), Request(traj, i, ctx, dec, generated_tokens=gen, full_prefill=full))
-        )
+    cfg = budget_config(budget, max_seqs)
+    subs = submissions(reqs)
     expected = reference(hw, role, cfg, subs)
     got = run(InferenceWorker("w", hw, role, cfg), subs)
     assert len(got) == len(subs)
