@@ -24,6 +24,7 @@ ORDER = (
     "worker_ops",
     "sim_speed",
     "sim_validate",
+    "seeds",
     "demo",
 )
 EXTRA_ARGS = {"envs_latency": ["--write"], "envs_learnable": ["--write"]}

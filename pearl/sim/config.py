@@ -60,18 +60,20 @@ class ClusterConfig(ClusterShape):
 class EngineConfig(_Model):
     """The rollout engine's scheduler knobs (vLLM-like continuous batching, chunked prefill).
 
-    None takes vLLM's default for the GPU (`pearl.sim.physics.inference_types.vllm_defaults`):
-    16,384 tokens and 1,024 sequences on H100/H200-class GPUs, 8,192 and 256 elsewhere."""
+    None takes the paper's substrate's (`pearl.sim.physics.inference_types.
+    rollout_engine_defaults`: ROLL's vLLM strategy, 8,192 tokens and 128 sequences on every
+    GPU; docs/simulator-model.md). vLLM's own offline defaults on H100/H200-class GPUs are
+    16,384 and 1,024 (set both to run them)."""
 
     max_batched_tokens: int | None = Field(
         None, ge=1, description="Per-iteration token budget (prefill chunks + decodes)."
     )
     max_num_seqs: int | None = Field(None, ge=1, description="Running requests per worker.")
 
-    def worker_config(self, gpu_memory_gb: float, gpu_name: str) -> WorkerConfig:
-        from pearl.sim.physics.inference_types import vllm_defaults
+    def worker_config(self) -> WorkerConfig:
+        from pearl.sim.physics.inference_types import rollout_engine_defaults
 
-        base = vllm_defaults(gpu_memory_gb, gpu_name)
+        base = rollout_engine_defaults()
         budget = self.max_batched_tokens or base.max_batched_tokens
         return dataclasses.replace(
             base,

@@ -94,7 +94,7 @@ class SimWorld:
         self.core = EventCore(cfg.seed)
         self.model = get_model(cfg.cluster.model)
         self.gpu_spec = get_gpu(cfg.cluster.gpu)
-        self.engine_config = cfg.engine.worker_config(self.gpu_spec.hbm_gb, self.gpu_spec.name)
+        self.engine_config = cfg.engine.worker_config()
         # `RequestPhase` events (a turn's KV moving, its decode begun): optional in the
         # contract and changing no decision, so off by default (they cost wake-ups)
         self.phase_events = phase_events

@@ -172,11 +172,11 @@ class StepStats:
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     """Engine knobs of a simulated worker (vLLM-like continuous batching). The defaults are
-    vLLM's for GPUs under 70 GB; `vllm_defaults(gpu)` gives vLLM's per GPU class."""
+    the paper's setting (`rollout_engine_defaults`: vLLM as ROLL configures it)."""
 
     max_batched_tokens: int = 8192  # per-iteration token budget (chunked prefill + decodes)
-    prefill_max_batched_tokens: int = 16384  # budget of a prefill-only worker
-    max_num_seqs: int = 256  # running requests at most
+    prefill_max_batched_tokens: int = 8192  # budget of a prefill-only worker
+    max_num_seqs: int = 128  # running requests at most
     prefix_caching: bool = True  # keep idle trajectories' KV for reuse
     prefix_cache_fraction: float = 1.0  # idle prefixes may use at most this share of KV
     kv_watermark_fraction: float = 0.01  # KV kept free at admission (growth headroom)
@@ -195,13 +195,13 @@ class WorkerConfig:
             raise ValueError("kv_watermark_fraction must be in [0, 0.5)")
 
 
-def vllm_defaults(gpu_memory_gb: float, gpu_name: str) -> WorkerConfig:
-    """vLLM's scheduler defaults for an in-process engine (the `LLM` class, as RL rollout
-    runs it): a 16,384-token budget and 1,024 sequences on GPUs with >= 70 GiB that are not
-    A100s, else 8,192 and 256 (vllm/engine/arg_utils.py, `EngineArgs.get_batch_defaults`).
-    A prefill-only worker gets the same budget."""
-    big = gpu_memory_gb * 1e9 >= 70 * 2**30 and "a100" not in gpu_name.lower()
-    budget, seqs = (16384, 1024) if big else (8192, 256)
-    return WorkerConfig(
-        max_batched_tokens=budget, prefill_max_batched_tokens=budget, max_num_seqs=seqs
-    )
+def rollout_engine_defaults() -> WorkerConfig:
+    """The rollout engine's scheduler knobs in the paper's setting: PEARL is built on ROLL
+    (paper §5), whose vLLM strategy (`roll/distributed/strategy/vllm_strategy.py`) sets
+    `max_num_batched_tokens` to 8,192 unless the run configures it and builds the engine
+    config with `UsageContext.ENGINE_CONTEXT` (`roll/third_party/vllm/__init__.py`), for
+    which vLLM leaves `max_num_seqs` at its scheduler default, 128
+    (`vllm/config/scheduler.py`, `SchedulerConfig.DEFAULT_MAX_NUM_SEQS`; vLLM's larger
+    per-GPU defaults in `EngineArgs.get_batch_defaults` apply only to the `LLM` class and the
+    API server). The same on every GPU class; a prefill-only worker gets the same budget."""
+    return WorkerConfig()

@@ -1,0 +1,96 @@
+"""PEARL against RLBoost+ over several seeds on the bundled segments, for BENCHMARKS.md.
+
+One seed's throughput difference between two policies is often inside the seed-to-seed
+spread (a two-hour run ends with one batch part-way through, and the seed draws the
+workload, the costs and the environment latencies), so the comparison that counts is the
+mean over seeds. Each cell is `pearl simulate --trace SEG --model M --policies
+pearl,rlboost+ --seed S --no-bound`; the figures are whatever the runs give.
+
+Rerun: `.venv/bin/python -m bench.seeds` (`--seeds 0,1`, `--no-write` to only print).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from itertools import product
+
+from bench._md import machine_line, write_section
+from pearl.sim.config import SimConfig
+from pearl.sim.policy_run import run_policy
+
+MODELS = ("qwen3-8b", "qwen3-30b-a3b")
+TRACES = ("seg1", "seg2", "seg3")
+POLICIES = ("pearl", "rlboost+")
+
+
+def _cell(model: str, trace: str, policy: str, seed: int) -> tuple[float, float]:
+    """(trajectories per hour, training's wait for returned GPUs in seconds) of one run."""
+    cfg = SimConfig().with_updates(
+        **{"cluster.model": model, "trace.trace": trace, "seed": seed, "policies": [policy]}
+    )
+    run = run_policy(cfg, policy, keep_history=False)
+    return float(run.summary["trajs_per_hour"]), float(run.summary["training_wait_for_gpus_s"])
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0,1,2,3", help="comma-separated seeds (0,1,2,3)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md")
+    args = ap.parse_args(argv)
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    cells = list(product(MODELS, TRACES, POLICIES, seeds))
+    t0 = time.time()
+    with ProcessPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as ex:
+        results = dict(zip(cells, ex.map(_cell, *zip(*cells, strict=True)), strict=True))
+    wall_s = time.time() - t0
+    rows = []
+    for model, trace in product(MODELS, TRACES):
+        tph = {p: [results[(model, trace, p, s)][0] for s in seeds] for p in POLICIES}
+        wait = {p: [results[(model, trace, p, s)][1] for s in seeds] for p in POLICIES}
+        mean = {p: statistics.fmean(tph[p]) for p in POLICIES}
+        wins = sum(a > b for a, b in zip(tph["pearl"], tph["rlboost+"], strict=True))
+        ties = sum(a == b for a, b in zip(tph["pearl"], tph["rlboost+"], strict=True))
+        spread = max(max(v) - min(v) for v in tph.values()) / max(mean.values())
+        rows.append(
+            f"| {model} | {trace} | {' / '.join(map(_fmt, tph['pearl']))} | "
+            f"{' / '.join(map(_fmt, tph['rlboost+']))} | {mean['pearl']:.1f} | "
+            f"{mean['rlboost+']:.1f} | {mean['pearl'] / mean['rlboost+']:.3f} | "
+            f"{wins}{f' (and {ties} tie)' if ties else ''} of {len(seeds)} | "
+            f"{100 * spread:.1f}% | "
+            f"{statistics.fmean(wait['pearl']):.0f} / {statistics.fmean(wait['rlboost+']):.0f} |"
+        )
+        print(rows[-1])
+    if args.no_write:
+        return 0
+    body = "\n".join(
+        [
+            "## PEARL vs RLBoost+ over seeds (`python -m bench.seeds`), trajectories/hour",
+            "",
+            f"Machine: {machine_line()}; {wall_s:.0f} s wall. Two-hour segments, batch 64, "
+            f"staleness 1, the default setting; seeds {', '.join(map(str, seeds))} (each seed "
+            "draws the workload, the costs and the environment latencies; the trace is the "
+            "same). Rerun one cell: `pearl simulate --trace SEG --model M --policies "
+            "pearl,rlboost+ --json --no-bound --seed S`. *spread*: the larger of the two "
+            "policies' max - min over seeds, relative to the larger mean.",
+            "",
+            "| model | trace | pearl, per seed | rlboost+, per seed | pearl mean | "
+            "rlboost+ mean | pearl / rlboost+ | seeds pearl wins | spread | training wait "
+            "for returned GPUs, s (pearl / rlboost+) |",
+            "|---|---|---|---|---:|---:|---:|---|---:|---:|",
+            *rows,
+        ]
+    )
+    write_section("seeds", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

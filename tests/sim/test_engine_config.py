@@ -1,0 +1,52 @@
+"""The simulated rollout engine's scheduler knobs: the paper's setting by default (vLLM as
+ROLL configures it), overridable from the run config, and in force in the world's workers."""
+
+import pytest
+from sim_toys import toy
+
+from pearl.control.state import Role
+from pearl.sim.config import SimConfig
+from pearl.sim.physics.inference import InferenceWorker
+from pearl.sim.physics.inference_types import Request, rollout_engine_defaults
+from pearl.sim.world import SimWorld
+
+from ._inference_helpers import run
+
+
+def test_default_engine_is_rolls_vllm_configuration() -> None:
+    """8,192 tokens per iteration on every worker role and 128 running sequences, as ROLL's
+    vLLM strategy leaves vLLM (docs/simulator-model.md, "The setting")."""
+    cfg = SimConfig().engine.worker_config()
+    assert cfg == rollout_engine_defaults()
+    assert (cfg.max_batched_tokens, cfg.prefill_max_batched_tokens, cfg.max_num_seqs) == (
+        8192,
+        8192,
+        128,
+    )
+
+
+def test_engine_section_reaches_the_worlds_workers() -> None:
+    """`engine.max_batched_tokens` sets both budgets (colocated and prefill-only) of the
+    workers a world builds; `engine.max_num_seqs` their running-request cap."""
+    cfg = SimConfig().with_updates(
+        **{"engine.max_batched_tokens": 16384, "engine.max_num_seqs": 1024}
+    )
+    world = SimWorld(cfg, [], borrowing=False)
+    assert world.engine_config.max_batched_tokens == 16384
+    assert world.engine_config.prefill_max_batched_tokens == 16384
+    assert world.engine_config.max_num_seqs == 1024
+
+
+@pytest.mark.parametrize(("budget", "iterations"), [(8192, 2), (16384, 1)])
+@pytest.mark.parametrize("role", [Role.COLOCATED, Role.PREFILL])
+def test_token_budget_chunks_a_long_prompt(budget: int, role: Role, iterations: int) -> None:
+    """A 14,000-token prompt takes two prefill iterations under the default budget and one
+    under vLLM's offline H100 budget, on colocated and prefill-only workers alike."""
+    base = rollout_engine_defaults()
+    config = type(base)(max_batched_tokens=budget, prefill_max_batched_tokens=budget)
+    w = InferenceWorker("w", toy(), role, config)
+    [c] = run(w, [(0.0, Request(1, 0, 14_000, 1))])
+    assert c.t_prefill_end_s is not None
+    stats = w.take_stats(c.t_prefill_end_s)
+    assert stats.num_iterations == iterations
+    assert stats.prefill_tokens == 14_000
