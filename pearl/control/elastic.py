@@ -10,6 +10,9 @@ Every membership or role change goes through a `Plan` (`plan_transition` + `appl
 * additions: new workers `initializing` in a *group*; each gets `SyncWeights` to the latest
   version once ready; the group is admitted (all `active` at once, with its deferred role
   changes) only when every member is ready and synced. Any failure cancels the group.
+  A borrow that changes no serving worker's role is one group per borrowed worker, each
+  admitted when it is ready and synced (the training GPUs' workers are kept alive and
+  restored one by one, §4.6); a policy with `admit_individually` does so for every group.
 
 `ElasticScheduler` is the part of the controller that owns the pending groups; the rebuilder,
 the lender and the controller call it. It reads and changes the shared `ControlContext`.
@@ -179,7 +182,11 @@ class ElasticScheduler:
         if not adds:
             return None
         c.state = apply(c.state, adds)
-        if c.policy.admit_individually:
+        # A borrow that changes no serving worker's role admits each borrowed worker as soon
+        # as it is restored and synced (paper §4.6 keeps its processes alive; each one alone
+        # is a complete worker of the target's roles, so no partial topology can show).
+        # Expansions stay all-or-nothing (§4.5), and so does any group with deferred roles.
+        if c.policy.admit_individually or (kind == "borrow" and not roles):
             groups = [self._new_group(kind, (a,), ()) for a in adds]
             return groups[-1]
         return self._new_group(kind, adds, roles if defer else ())

@@ -6,7 +6,9 @@ and returns GPUs through the `Rebuilder`'s urgent shrink.
 * `TrainingIdle`: the GPUs become borrowable until about `idle_until_s`. Borrowing is
   optional: `gated` policies ask the advisor's borrow gate (predicted saving vs activation
   plus return cost), `always`/`budgeted` ones borrow whenever idle. A borrow offloads the
-  training state, then adds overlap workers in one group (admitted after weight sync).
+  training state, then adds overlap workers, each admitted once restored and synced (one
+  group for them all if the borrow also changes serving workers' roles:
+  `ElasticScheduler.execute`).
 * `TrainingWants`: returning is mandatory and done within the same `handle` call, so always
   before the deadline: a still-activating borrow group is cancelled; overlap workers are
   interrupted with preservation (their trajectories resume on dedicated or preemptible

@@ -197,3 +197,48 @@ def test_expansion_that_changes_the_split_switches_roles_only_at_admission():
     assert isinstance(admitted[cut - 1], C.ChangeRole)  # in the same step, just before
     assert not of(admitted[cut + 1 :], C.ChangeRole)
     assert ctl.state.role_counts() == {Role.COLOCATED: 0, Role.PREFILL: 1, Role.DECODE: 3}
+
+
+def test_a_borrow_that_changes_no_role_admits_each_worker_when_it_is_ready():
+    """Borrowed workers of a colocated pool serve one by one as each is restored and synced
+    (paper §4.6); the slower ones never hold the faster ones back."""
+    training = tuple(Gpu(f"t{i}", Zone.OVERLAP, "tnode") for i in range(3))
+    ctl = boot("pearl-ungated", 2, training_gpus=training)
+    out = ctl.handle(E.TrainingIdle(10.0, ("t0", "t1", "t2"), 300.0))
+    inits = of(out, C.InitWorker)
+    assert len(inits) == 3 and len({c.group_id for c in inits}) == 3
+    first, *rest = (c.worker_id for c in inits)
+    out = ctl.handle(E.WorkerReady(15.0, first))
+    (sync,) = of(out, C.SyncWeights)
+    out = ctl.handle(E.WeightsSynced(15.5, first, sync.version))
+    assert of(out, C.AdmitGroup) == [C.AdmitGroup(inits[0].group_id, (first,))]
+    assert ctl.state.worker(first).status == Status.ACTIVE
+    assert all(ctl.state.worker(w).status == Status.INITIALIZING for w in rest)
+    routes = of(make_ready(ctl, 0, 16.0), C.Route)
+    assert first in {r.prefill_worker_id for r in routes}
+    assert not set(rest) & {r.prefill_worker_id for r in routes}
+    # Training wants its GPUs back while two are still restoring: all three go back at once.
+    out = ctl.handle(E.TrainingWants(17.0, ("t0", "t1", "t2"), 25.0))
+    assert {c.worker_id for c in of(out, C.StopWorker)} == {first, *rest}
+    assert C.ReleaseGpus(("t0", "t1", "t2"), "training") in out
+    assert not ctl.groups and not ctl.state.gpus_in(Zone.OVERLAP)
+
+
+def test_a_borrow_that_changes_roles_is_admitted_as_one_group():
+    """A borrow that re-roles serving workers (colocated:2 -> disaggregated:1:3) keeps the
+    old topology until every borrowed worker is ready, then changes roles with the admission:
+    no mix of the two topologies is ever routable."""
+    training = tuple(Gpu(f"t{i}", Zone.OVERLAP, "tnode") for i in range(2))
+    policy = Policy("test", borrow="always")
+    ctl = boot(policy, 2, training_gpus=training, advisor=DisaggOnGrowth(policy))
+    out = ctl.handle(E.TrainingIdle(10.0, ("t0", "t1"), 300.0))
+    inits = of(out, C.InitWorker)
+    assert len(inits) == 2 and len({c.group_id for c in inits}) == 1
+    assert not of(out, C.ChangeRole)
+    out = ctl.handle(E.WorkerReady(15.0, inits[0].worker_id))
+    out += ctl.handle(E.WeightsSynced(15.5, inits[0].worker_id, 0))
+    assert not of(out, C.AdmitGroup) and {w.role for w in ctl.state.routable()} == {Role.COLOCATED}
+    admitted = bring_up(ctl, [inits[1]], 20.0)
+    assert of(admitted, C.AdmitGroup)[0].worker_ids == tuple(c.worker_id for c in inits)
+    assert of(admitted, C.ChangeRole)
+    assert ctl.state.role_counts() == {Role.COLOCATED: 0, Role.PREFILL: 1, Role.DECODE: 3}
