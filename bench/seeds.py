@@ -86,19 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md")
     args = ap.parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    tmp = tempfile.TemporaryDirectory(prefix="pearl-bench-traces-")
-    traces = {t: t for t in TRACES}
-    if not args.no_synthetic:
-        for name, (_, trace) in SYNTHETIC.items():
-            path = Path(tmp.name) / f"{name}.json"
-            save_json_trace(trace, path)
-            traces[name] = str(path)
-    cells = list(product(MODELS, list(traces.values()), POLICIES, seeds))
     t0 = time.time()
-    with ProcessPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as ex:
-        results = dict(zip(cells, ex.map(_cell, *zip(*cells, strict=True)), strict=True))
+    with tempfile.TemporaryDirectory(prefix="pearl-bench-traces-") as tmp:
+        traces = {t: t for t in TRACES}
+        if not args.no_synthetic:
+            for name, (_, trace) in SYNTHETIC.items():
+                path = Path(tmp) / f"{name}.json"
+                save_json_trace(trace, path)
+                traces[name] = str(path)
+        cells = list(product(MODELS, list(traces.values()), POLICIES, seeds))
+        with ProcessPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as ex:
+            results = dict(zip(cells, ex.map(_cell, *zip(*cells, strict=True)), strict=True))
     wall_s = time.time() - t0
-    tmp.cleanup()
     rows = []
     for model, (label, trace) in product(MODELS, traces.items()):
         tph = {p: [results[(model, trace, p, s)][0] for s in seeds] for p in POLICIES}

@@ -23,12 +23,7 @@ from dataclasses import dataclass
 
 from pearl.control.state import Role
 from pearl.sim.physics.inference import InferenceWorker
-from pearl.sim.physics.inference_types import (
-    CompletionKind,
-    Request,
-    WorkerConfig,
-    rollout_engine_defaults,
-)
+from pearl.sim.physics.inference_types import CompletionKind, Request, WorkerConfig
 from pearl.sim.physics.iteration import WorkerHardware
 from pearl.sim.trajectories import SampledTrajectory, TrajectorySampler
 from pearl.specs import get_gpu, get_model
@@ -54,8 +49,6 @@ def trajectory_alone_s(
 ) -> tuple[float, float, float]:
     """(env, prefill, decode) seconds of one trajectory alone on one colocated worker, under
     the scheduler `config` (default: the world's, `rollout_engine_defaults`)."""
-    if config is None:
-        config = rollout_engine_defaults()
     w = InferenceWorker("solo", hw, Role.COLOCATED, config)
     t = traj.container_start_s
     env = traj.container_start_s

@@ -7,7 +7,7 @@ from sim_toys import toy
 from pearl.control.state import Role
 from pearl.sim.config import SimConfig
 from pearl.sim.physics.inference import InferenceWorker
-from pearl.sim.physics.inference_types import Request, rollout_engine_defaults
+from pearl.sim.physics.inference_types import Request, WorkerConfig, rollout_engine_defaults
 from pearl.sim.world import SimWorld
 
 from ._inference_helpers import run
@@ -42,8 +42,7 @@ def test_engine_section_reaches_the_worlds_workers() -> None:
 def test_token_budget_chunks_a_long_prompt(budget: int, role: Role, iterations: int) -> None:
     """A 14,000-token prompt takes two prefill iterations under the default budget and one
     under vLLM's offline H100 budget, on colocated and prefill-only workers alike."""
-    base = rollout_engine_defaults()
-    config = type(base)(max_batched_tokens=budget, prefill_max_batched_tokens=budget)
+    config = WorkerConfig(max_batched_tokens=budget, prefill_max_batched_tokens=budget)
     w = InferenceWorker("w", toy(), role, config)
     [c] = run(w, [(0.0, Request(1, 0, 14_000, 1))])
     assert c.t_prefill_end_s is not None
