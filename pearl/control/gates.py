@@ -158,16 +158,20 @@ def borrow_gate(
     costs: SwitchCostTracker,
     *,
     idle_window_s: float | None = None,
+    batches_in_flight: int = 1,
 ) -> GateResult:
     """Borrow idle training GPUs iff the predicted rollout saving > activation + return.
 
     With `idle_window_s` the saving counts only for the share of the rollout step the GPUs
-    can stay (`min(1, idle_window / makespan_without)`).
+    can stay (`min(1, idle_window / makespan_without)`). The makespans are one batch's; the
+    borrowed workers serve every batch in flight (with staleness s, up to s + 1 of them), so
+    the saving counts once per unfinished batch (`batches_in_flight`).
     """
     cost = costs.borrow_cost_s()
     gain = max(0.0, makespan_without_s - makespan_with_s)
     if idle_window_s is not None and makespan_without_s > 0:
         gain *= min(1.0, max(0.0, idle_window_s) / makespan_without_s)
+    gain *= max(1, batches_in_flight)
     verdict = ">" if gain > cost else "<="
     reason = f"rollout saving {gain:.1f} s {verdict} activation + return {cost:.1f} s"
     return GateResult(gain > cost, gain, cost, reason)

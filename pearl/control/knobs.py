@@ -34,7 +34,8 @@ class ControllerKnobs(BaseModel):
         ge=0,
         description="Routing: a trajectory leaves the worker holding its prefix when that "
         "worker has more than this many requests above the least-loaded one (None: the "
-        "policy's, always sticky for every built-in policy).",
+        "policy's: 0 for pearl and rlboost+, always sticky for roll, roll-large and the "
+        "fixed configurations; a large number keeps every trajectory on its worker).",
     )
     mode_switch_threshold: float = Field(
         0.10,

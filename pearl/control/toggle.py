@@ -89,7 +89,8 @@ class ToggleManager:
             return
         current = sch.current_config()
         target = c.advisor.choose(n_new, current)
-        verdict = c.advisor.borrow(current, target, window_s)
+        unfinished = sum(1 for k in c.book.steps if not c.book.step_done(k))
+        verdict = c.advisor.borrow(current, target, window_s, max(1, unfinished))
         if not verdict.admit:
             c.decide(f"decline borrow of {len(cands)} GPU(s): {verdict.reason}")
             return

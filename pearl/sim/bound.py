@@ -3,8 +3,9 @@
 Every available GPU-second — the rollout GPUs' (reserved plus the trace's preemptible ones)
 and the training GPUs' idle time — is used at the *best static configuration's per-GPU
 rate*, with free, instantaneous transitions. The per-GPU rate is measured by simulating
-static configurations (no trace, no borrowing) at one or more budgets and taking the best
-trajectories per GPU-second over all of them, so the bound is optimistic for every budget.
+static configurations (no trace, no borrowing) at one or more budgets, each with sticky and
+with load-balanced routing, and taking the best trajectories per GPU-second over all of
+them, so the bound is optimistic for every budget.
 
 Training GPUs are idle only while no training step runs, and every `batch_size`
 trajectories cost one step of `train_step_s` on all of them. With X trajectories in a run of
@@ -130,10 +131,25 @@ RATE_CACHE: dict[str, StaticRate] = {}
 BOUND_RUN_S = 2400.0  # simulated seconds of each static run behind the bound
 
 
+BALANCED = "+balanced"  # a static run routed as pearl's router does (balanced every turn)
+
+
+def _static_setting(
+    cfg: SimConfig, num_gpus: int, policy: str, duration_s: float
+) -> tuple[SimConfig, str]:
+    """The config and registry name of a static run. A name ending in `BALANCED` runs the
+    static policy with load-balanced routing (`sticky_max_imbalance` 0) instead of its own
+    always-sticky one (ROLL's), so the bound covers the better of the two routers."""
+    scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
+    if policy.endswith(BALANCED):
+        scfg = scfg.with_updates(**{"controller.sticky_max_imbalance": 0})
+    return scfg, policy.removesuffix(BALANCED)
+
+
 def rate_key(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -> str:
     from pearl.sim.config import dump_config
 
-    scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
+    scfg, _ = _static_setting(cfg, num_gpus, policy, duration_s)
     return dump_config(scfg.model_copy(update={"policies": ()})) + policy
 
 
@@ -141,12 +157,13 @@ def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -
     """Steady-state trajectories per second of a static configuration (cached per setting).
 
     Measured from the end of the first rollout step to the end of the run, so the start-up
-    of the pipeline does not dilute it.
+    of the pipeline does not dilute it. `policy` is a static policy's name, optionally with
+    `BALANCED` appended (see `_static_setting`).
     """
-    scfg = cfg.with_updates(**{"trace.static_gpus": num_gpus, "trace.duration_s": duration_s})
+    scfg, name = _static_setting(cfg, num_gpus, policy, duration_s)
     key = rate_key(cfg, num_gpus, policy, duration_s)
     if key not in RATE_CACHE:
-        run = run_policy(scfg, policy, keep_history=False)
+        run = run_policy(scfg, name, keep_history=False)
         # Trajectories finished after the first rollout step ended, per second of the rest
         # of the run: the pipeline's start-up (the first makespan) does not dilute it.
         first = run.step_end_times_s[0] if run.step_end_times_s else 0.0
@@ -154,7 +171,8 @@ def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -
         if duration_s - first >= 0.25 * duration_s:
             after = sum(1 for t in run.traj_done_times_s if t > first)
             rate = max(rate, after / (duration_s - first))
-        RATE_CACHE[key] = StaticRate(policy.removeprefix("fixed:"), num_gpus, rate)
+        label = name.removeprefix("fixed:") + (", balanced" if name != policy else "")
+        RATE_CACHE[key] = StaticRate(label, num_gpus, rate)
     return RATE_CACHE[key]
 
 
@@ -162,7 +180,8 @@ def bound_plan(
     cfg: SimConfig, actions: list[TraceAction], duration_s: float
 ) -> list[tuple[int, str, float]]:
     """The static runs the bound needs: (GPUs, policy, seconds): colocation and the 1:1
-    split at the reserved budget, colocation and the 1:3 split at the trace's mean budget."""
+    split at the reserved budget, colocation and the 1:3 split at the trace's mean budget,
+    each with the static policies' own sticky routing and with balanced routing."""
     dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
     rollout_gpu_s = dedicated * duration_s + live_gpu_seconds(actions, duration_s)
     mean_gpus = max(1, round(rollout_gpu_s / duration_s))
@@ -173,7 +192,7 @@ def bound_plan(
         p = max(1, n // 2) if n == dedicated else max(1, n // 4)
         if n >= 2:
             names.append(f"fixed:disagg:{p}:{n - p}")
-        plan += [(n, name, bound_s) for name in names]
+        plan += [(n, name + routing, bound_s) for name in names for routing in ("", BALANCED)]
     return plan
 
 

@@ -30,9 +30,18 @@ def test_knobs_reach_the_policy_and_the_decision_engine() -> None:
 
 
 def test_default_knobs_keep_each_policy_as_it_is() -> None:
-    for name in ("pearl", "rlboost+", "roll"):
+    # pearl and rlboost+ balance load at every turn (RLBoost migrates for load balance);
+    # ROLL's router keeps each environment on one engine (EnvAffinityRouter).
+    expected = {
+        "pearl": 0,
+        "rlboost+": 0,
+        "roll": None,
+        "roll-large": None,
+        "fixed:colocated": None,
+    }
+    for name, k in expected.items():
         _, controller, _, _ = build(SimConfig(), name)
-        assert controller.policy.sticky_max_imbalance is None
+        assert controller.policy.sticky_max_imbalance == k, name
     _, pearl, _, _ = build(SimConfig(), "pearl")
     assert pearl.policy.modes == ("colocated", "disaggregated")
 

@@ -53,8 +53,15 @@ class Advisor(Protocol):
     ) -> Verdict:
         """Admit preemptible GPUs that would turn `current` into `target`?"""
 
-    def borrow(self, current: PDConfig | None, target: PDConfig, window_s: float) -> Verdict:
-        """Borrow idle training GPUs that would turn `current` into `target` for `window_s`?"""
+    def borrow(
+        self,
+        current: PDConfig | None,
+        target: PDConfig,
+        window_s: float,
+        batches_in_flight: int = 1,
+    ) -> Verdict:
+        """Borrow idle training GPUs that would turn `current` into `target` for `window_s`,
+        while `batches_in_flight` rollout batches are unfinished?"""
 
     def record_switch(
         self,

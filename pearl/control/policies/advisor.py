@@ -76,7 +76,13 @@ class HeuristicAdvisor:
             return Verdict(True, "ungated")
         return self._window_gate("expand", window_s)
 
-    def borrow(self, current: PDConfig | None, target: PDConfig, window_s: float) -> Verdict:
+    def borrow(
+        self,
+        current: PDConfig | None,
+        target: PDConfig,
+        window_s: float,
+        batches_in_flight: int = 1,
+    ) -> Verdict:
         if self.policy.borrow in ("always", "budgeted"):
             return Verdict(True, "ungated")
         return self._window_gate("borrow", window_s)

@@ -79,6 +79,13 @@ class EngineAdvisor:
         return d
 
     def choose(self, num_workers: int, current: PDConfig | None) -> PDConfig:
+        if current is None and "colocated" in self.modes and self.fixed is None:
+            # No configuration yet: colocation is the incumbent, so disaggregation must save
+            # the mode-switch threshold, the bar it meets later too. The makespan model
+            # leaves out what disaggregation costs an elastic pool over a run (every borrow,
+            # return and reclaim re-balances the P:D roles), and the first decision is made
+            # on the hardware prior, before any telemetry.
+            current = PDConfig.colocated(num_workers)
         return self._decide(num_workers, current).chosen
 
     def redecide(self, num_workers: int, current: PDConfig) -> PDConfig | None:
@@ -96,11 +103,21 @@ class EngineAdvisor:
         self.log.append(f"expansion gate {current} -> {target}: {g.reason}")
         return Verdict(g.admit, g.reason, g.gain_s, g.cost_s)
 
-    def borrow(self, current: PDConfig | None, target: PDConfig, window_s: float) -> Verdict:
+    def borrow(
+        self,
+        current: PDConfig | None,
+        target: PDConfig,
+        window_s: float,
+        batches_in_flight: int = 1,
+    ) -> Verdict:
         if self.policy.borrow in ("always", "budgeted"):
             return Verdict(True, "borrow ungated")
         g = borrow_gate(
-            self._makespan_s(current), self._makespan_s(target), self.costs, idle_window_s=window_s
+            self._makespan_s(current),
+            self._makespan_s(target),
+            self.costs,
+            idle_window_s=window_s,
+            batches_in_flight=batches_in_flight,
         )
         self.log.append(f"borrow gate {current} -> {target}: {g.reason}")
         return Verdict(g.admit, g.reason, g.gain_s, g.cost_s)

@@ -8,6 +8,9 @@ agentic rollout (see docs/baselines.md):
 * the reserved (training) GPUs are time-shared for rollout whenever training idles, with a
   per-step generation budget re-tuned from the measured training bubble ("adaptive rollout
   offload", `TurnBudget` below; a policy with `borrow="budgeted"` gets one);
+* responses also migrate for continuous load balancing: here at every turn boundary, a
+  turn leaves its trajectory's worker when another has fewer requests in flight
+  (`sticky_max_imbalance` 0, as `pearl`);
 * colocated PD everywhere; no cost gates anywhere.
 """
 
@@ -33,6 +36,7 @@ class RLBoostPlus(Policy):
     adapt_pd: bool = False
     modes: tuple[str, ...] = ("colocated",)
     admit_individually: bool = True
+    sticky_max_imbalance: int | None = 0
 
 
 class TurnBudget:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pearl.sim.bound import BOUND_RUN_S, static_rate
+from pearl.sim.bound import BALANCED, BOUND_RUN_S, static_rate
 from pearl.sim.compare import SimulationResult, default_jobs, run_simulation
 from pearl.sim.config import SimConfig
 from pearl.sim.experiments.result import BarPlot, ExperimentResult
@@ -49,12 +49,13 @@ RUNG_LABELS = {
 
 
 def static_configs(n: int) -> list[str]:
-    """Static configurations compared at `n` GPUs: colocated and three P:D splits."""
+    """Static configurations compared at `n` GPUs: colocated and three P:D splits, each
+    routed both ways (the static policies' sticky router and PEARL's balanced one)."""
     names = ["fixed:colocated"]
     for p in sorted({max(1, n // 4), max(1, n // 3), max(1, n // 2)}):
         if 1 <= p < n:
             names.append(f"fixed:disagg:{p}:{n - p}")
-    return names
+    return [name + routing for name in names for routing in ("", BALANCED)]
 
 
 def breakdown(cfg: SimConfig, res: SimulationResult, run: PolicyRun) -> dict[str, Any]:
