@@ -37,8 +37,10 @@ early (they run T of the tail's T_tail turns) no longer do. Throughput bound
 `max(P_w + D_w, ((B/N - 1)*T + T_tail) * s / S)`: per-worker prefill and decode busy time
 (`D_w = B*T*n_d/N / b * t_step`), and the seat time of the tail's worker (trajectories
 stay on the worker that holds their prefix); a decode token costs a mean iteration, the
-decode step stretched by the prefill riding in it: `t_tok = t_step * (1 + P_w/D_w)`, and
-a turn holds its seat for `s = t_pf + n_d*t_tok`. Critical path: the tail's own prefills,
+decode step stretched by the prefill riding in it: `t_tok = t_step * (1 + P_w/max(D_w, M))`
+with `M` the makespan itself (a fixed point: prefill chunks arrive whether or not the
+worker decodes, so only the share `D_w/M` of them lands in decoding iterations), and a
+turn holds its seat for `s = t_pf + n_d*t_tok`. Critical path: the tail's own prefills,
 `D_tail*t_tok` and `E_tail`, or, where KV seats are the bottleneck, the seat path
 `T_tail * n * s / S` with `n = B/N * T/T_tail` live trajectories per worker (a turn's
 cycle is at least `n*s/S`, the response-time law of a closed system).
@@ -151,20 +153,38 @@ def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
     t_pf, own_prefill, hit = _prefill(w, n, w.hit_coeff_colocated)
     prefill = w.batch * w.turns * t_pf / n
     b, t_step, decode = _decode(w, n)
-    tput = prefill + decode
-    # Chunked prefill rides in the decodes' iterations: a decode token costs a mean
-    # iteration, the decode step stretched by the worker's prefill time per decode time.
-    t_token = t_step * (1.0 + prefill / np.maximum(decode, 1e-9))
-    own_decode = w.tail_decode_tokens * t_token
+    busy = prefill + decode
     env = w.tail_env_s
-    seat_s = t_pf + w.n_d * t_token  # a turn holds its KV from admission to its last token
-    crit = np.maximum(own_prefill + own_decode + env, _seat_path(w, n, seat_s))
     # Trajectories stay on their worker (prefix affinity): the tail's worker serves the
     # tail's turns and its other trajectories' through its KV seats.
     others = np.maximum(w.batch / n - 1.0, 0.0) * w.turns
-    tput = np.maximum(tput, (others + w.tail_turns) * seat_s / w.seats)
+
+    def paths(t_token: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        own_decode = w.tail_decode_tokens * t_token
+        seat_s = t_pf + w.n_d * t_token  # a turn holds its KV from admission to its last token
+        crit = np.maximum(own_prefill + own_decode + env, _seat_path(w, n, seat_s))
+        tput = np.maximum(busy, (others + w.tail_turns) * seat_s / w.seats)
+        return np.maximum(tput, crit), tput, crit, own_decode
+
+    # Chunked prefill rides in the decodes' iterations: a decode token costs a mean
+    # iteration, the decode step stretched by the prefill time that lands in decoding
+    # iterations. A worker decodes for `decode` of the batch's `makespan` seconds; prefill
+    # chunks come whether or not it decodes, so that share of the worker's `prefill` time
+    # rides in its `decode / t_step` iterations: the stretch is prefill per elapsed second,
+    # `t_step * (1 + prefill / max(decode, makespan))` (a fixed point: the stretch sets the
+    # makespan), and prefill per decode second where the decodes fill the batch's time.
+    t_token = t_step * (1.0 + prefill / np.maximum(decode, 1e-9))
+    makespan = paths(t_token)[0]
+    for _ in range(_MAX_ITERATIONS):
+        t_token = t_step * (1.0 + prefill / np.maximum(np.maximum(decode, makespan), 1e-9))
+        nxt = paths(t_token)[0]
+        done = np.max(np.abs(nxt - makespan) / makespan) < _TOLERANCE
+        makespan = nxt
+        if done:
+            break
+    makespan, tput, crit, own_decode = paths(t_token)
     return {
-        "makespan_s": np.maximum(tput, crit),
+        "makespan_s": makespan,
         "throughput_bound_s": tput,
         "critical_path_s": crit,
         "prefill_s": prefill,

@@ -153,12 +153,19 @@ def configs_for(num_gpus: int) -> list[PDConfig]:
 
 
 def _policy_for(config: PDConfig) -> object:
+    """The static policy that runs `config`: one batch in flight, routed as `pearl` routes
+    (the decision engine chooses for PEARL's runs, so it is checked in PEARL's world; a
+    run config's `controller.sticky_max_imbalance` still overrides it)."""
     name = (
         "fixed:colocated"
         if config.is_colocated
         else f"fixed:disagg:{config.num_prefill}:{config.num_decode}"
     )
-    return dataclasses.replace(make_policy(name), max_batches_in_flight=1)
+    return dataclasses.replace(
+        make_policy(name),
+        max_batches_in_flight=1,
+        sticky_max_imbalance=make_policy("pearl").sticky_max_imbalance,
+    )
 
 
 def simulate_makespans(

@@ -3,6 +3,8 @@
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pearl.control.gates import SwitchCosts, SwitchCostTracker, borrow_gate, expansion_gate
 
@@ -90,3 +92,34 @@ def test_borrow_gate_hand_computed():
     short = borrow_gate(216.0, 190.0, costs, idle_window_s=54.0)
     assert not short.admit and short.gain_s == pytest.approx(6.5)
     assert not borrow_gate(216.0, 230.0, costs).admit  # a slower config gains nothing
+
+
+def test_borrow_gate_counts_every_batch_in_flight():
+    """The predicted saving is one batch's; borrowed workers serve every unfinished batch, so
+    with two in flight the same saving counts twice (and a non-positive count is one)."""
+    costs = SwitchCostTracker()
+    one = borrow_gate(216.0, 210.0, costs)  # 6 s < 9.8 s
+    two = borrow_gate(216.0, 210.0, costs, batches_in_flight=2)  # 12 s > 9.8 s
+    assert not one.admit and two.admit
+    assert two.gain_s == pytest.approx(2 * one.gain_s)
+    assert borrow_gate(216.0, 210.0, costs, batches_in_flight=0).gain_s == one.gain_s
+    # the window share still applies per batch: 54 s of 216 s -> 2 x 6.5 s = 13 s
+    short = borrow_gate(216.0, 190.0, costs, idle_window_s=54.0, batches_in_flight=2)
+    assert short.admit and short.gain_s == pytest.approx(13.0)
+
+
+@given(
+    without=st.floats(1.0, 2000.0),
+    with_=st.floats(0.0, 2000.0),
+    window=st.floats(0.0, 4000.0),
+    batches=st.integers(1, 4),
+)
+def test_borrow_gate_saving_scales_with_the_batches_in_flight(without, with_, window, batches):
+    """The saving is never negative, never more than the batches' whole makespan saving,
+    and grows linearly with the number of unfinished batches the borrowed workers serve."""
+    costs = SwitchCostTracker()
+    one = borrow_gate(without, with_, costs, idle_window_s=window)
+    many = borrow_gate(without, with_, costs, idle_window_s=window, batches_in_flight=batches)
+    assert 0.0 <= one.gain_s <= max(0.0, without - with_) + 1e-9
+    assert many.gain_s == pytest.approx(batches * one.gain_s)
+    assert many.admit or not one.admit  # more batches never turn a borrow down

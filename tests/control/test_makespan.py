@@ -79,9 +79,10 @@ def test_colocated_hand_computed():
     assert b["decode_s"] == pytest.approx(20.0)
     assert b["throughput_bound_s"] == pytest.approx(24.4)
     # critical path of the tail: own prefill 10*0.01 + 1e-4*10000 = 1.1, env 10, and its
-    # 1000 decode tokens at a mean iteration: 0.01 s * (1 + 4.4/20) = 0.0122 s
-    assert b["interference_s"] == pytest.approx(1000 * 0.01 * 0.22)
-    assert b["critical_path_s"] == pytest.approx(1.1 + 10.0 + 12.2)
+    # 1000 decode tokens at a mean iteration. The worker decodes 20 s of the batch's
+    # 24.4 s, so its 4.4 s of prefill spread over the 24.4 s: 0.01 s * (1 + 4.4/24.4)
+    assert b["interference_s"] == pytest.approx(1000 * 0.01 * 4.4 / 24.4)
+    assert b["critical_path_s"] == pytest.approx(1.1 + 10.0 + 10.0 * (1 + 4.4 / 24.4))
     assert b["kv_wait_s"] == pytest.approx(0.0)  # 1 TB of KV: seats never bind
     assert pred.makespan_s == pytest.approx(24.4)
     assert pred.feasible and pred.reason == ""
@@ -96,7 +97,8 @@ def test_colocated_kv_seats_bind():
     b = pred.breakdown
     seats = (3300 - 1100) / 1050
     assert b["decode_batch"] == pytest.approx(seats)
-    stretch = 1 + b["prefill_s"] / b["decode_s"]
+    # prefill per elapsed second: the batch's makespan exceeds the worker's decode time
+    stretch = 1 + b["prefill_s"] / max(b["decode_s"], pred.makespan_s)
     seat_s = 0.11 + 100 * 0.01 * stretch
     assert b["throughput_bound_s"] == pytest.approx(80 * seat_s / seats)
     assert pred.makespan_s == pytest.approx(80 * seat_s / seats)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 from pearl.control import commands as C
 from pearl.control import events as E
 from pearl.control.controller import Controller
+from pearl.control.decision import DecisionConfig
 from pearl.control.plan import PDConfig
 from pearl.control.policies import get_policy, policy_names, scale_config
 from pearl.control.policies.engine_advisor import EngineAdvisor
@@ -179,6 +182,30 @@ def test_engine_advisor_drives_pearl_with_a_hardware_prior():
     assert "decline expansion" in ctl.decisions[-1]
     fixed = booted("pearl-disagg:1:1", 4, hardware=hw)
     assert fixed.state.role_counts()[Role.PREFILL] == 2
+
+
+def test_first_decision_keeps_colocation_unless_a_split_clears_the_mode_threshold():
+    """With no configuration yet, colocation is the incumbent: the engine's first choice is
+    a split only when it saves more than the mode-switch threshold, as a later switch must."""
+    hw = HardwarePrior.from_specs(get_model("qwen3-8b"), get_gpu("h100-sxm"))
+    advisor = EngineAdvisor(get_policy("pearl"), hardware=hw, batch_size=64)
+    free = advisor.engine.decide(advisor.profile, 8, 64, None)  # no incumbent: best predicted
+    colocated = free.candidate(PDConfig.colocated(8))
+    assert colocated is not None and not free.chosen.is_colocated
+    saving = 1.0 - free.predicted_makespan_s / colocated.prediction.makespan_s
+    assert 0.0 < saving < advisor.engine.cfg.mode_switch_threshold
+    assert advisor.choose(8, None) == PDConfig.colocated(8)
+    # the same prior with a 0.1% mode threshold: the split clears it and is chosen at once
+    low = DecisionConfig(mode_switch_threshold=0.001, ratio_switch_threshold=0.001)
+    eager = EngineAdvisor(get_policy("pearl"), hardware=hw, batch_size=64, engine_config=low)
+    assert eager.choose(8, None) == free.chosen
+    # a policy restricted to splits is not held to colocation
+    split_only = EngineAdvisor(
+        dataclasses.replace(get_policy("pearl"), modes=("disaggregated",)),
+        hardware=hw,
+        batch_size=64,
+    )
+    assert not split_only.choose(8, None).is_colocated
 
 
 def test_borrow_plan_may_refill_a_free_dedicated_gpu():
