@@ -173,5 +173,6 @@ def borrow_gate(
         gain *= min(1.0, max(0.0, idle_window_s) / makespan_without_s)
     gain *= max(1, batches_in_flight)
     verdict = ">" if gain > cost else "<="
-    reason = f"rollout saving {gain:.1f} s {verdict} activation + return {cost:.1f} s"
+    over = f" over {batches_in_flight} batches in flight" if batches_in_flight > 1 else ""
+    reason = f"rollout saving {gain:.1f} s{over} {verdict} activation + return {cost:.1f} s"
     return GateResult(gain > cost, gain, cost, reason)
