@@ -127,6 +127,53 @@ def _print_table(doc: dict[str, Any]) -> None:
         )
 
 
+def _parse_seeds(raw: str) -> list[int]:
+    """`--seeds 0,1,2,3`: distinct non-negative integers, in the order given."""
+    seeds: list[int] = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise InputError(
+                "<argument>", f"not an integer seed: {part!r}", field="--seeds"
+            ) from None
+        if value < 0:
+            raise InputError("<argument>", f"seeds must be >= 0, got {value}", field="--seeds")
+        if value not in seeds:
+            seeds.append(value)
+    if not seeds:
+        raise InputError("<argument>", "no seed given", field="--seeds")
+    return seeds
+
+
+def _print_seeds_table(doc: dict[str, Any]) -> None:
+    seeds = doc["seeds"]
+    table = Table(title=f"{doc['setting']}, seeds {', '.join(map(str, seeds))}")
+    for col in ("policy", "traj/h mean", "min", "max", "per seed", "of bound"):
+        table.add_column(col, justify="right" if col != "policy" else "left")
+    for name, s in doc["policies"].items():
+        frac = s["fraction_of_bound_mean"]
+        table.add_row(
+            name,
+            f"{s['mean']:.1f}",
+            f"{s['min']:.1f}",
+            f"{s['max']:.1f}",
+            " / ".join(f"{v:.1f}" for v in s["trajs_per_hour"]),
+            "-" if frac is None else f"{100 * frac:.0f}%",
+        )
+    console.print(table)
+    names = list(doc["policies"])
+    for name, cmp in doc["policies"][names[0]].get("against", {}).items():
+        ratio = cmp["ratio_of_means"]
+        console.print(
+            f"{names[0]} / {name}: {'-' if ratio is None else f'{ratio:.3f}'} on the means, "
+            f"ahead on {cmp['seeds_ahead']} of {len(seeds)} seeds"
+        )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
     @guarded
@@ -140,6 +187,12 @@ def register(app: typer.Typer) -> None:
         batch: int = typer.Option(None, "--batch", help="Trajectories per rollout step (64)."),
         max_len: int = typer.Option(None, "--max-len", help="Trajectory length limit (32768)."),
         seed: int = typer.Option(None, "--seed", help="Seed of every random draw (0)."),
+        seeds: str = typer.Option(
+            None,
+            "--seeds",
+            help="Comma-separated seeds, e.g. 0,1,2,3: one run per seed, and each policy's "
+            "mean, min and max traj/h (replaces --seed; with --out, one folder per seed).",
+        ),
         static_gpus: int = typer.Option(
             None, "--static-gpus", help="Constant rollout budget: no trace, no borrowing."
         ),
@@ -180,6 +233,9 @@ def register(app: typer.Typer) -> None:
             duration=duration,
             sets=sets,
         )
+        seed_list = _parse_seeds(seeds) if seeds is not None else None
+        if seed_list is not None and seed is not None:
+            raise InputError("<argument>", "give --seed or --seeds, not both", field="--seeds")
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -189,21 +245,37 @@ def register(app: typer.Typer) -> None:
             transient=True,
         ) as progress:
             tasks: dict[str, Any] = {}
+            prefix = [""]
 
             def on_progress(name: str, now_s: float, total_s: float) -> None:
-                if name not in tasks:
-                    tasks[name] = progress.add_task(name, total=total_s)
-                progress.update(tasks[name], completed=min(now_s, total_s))
+                label = prefix[0] + name
+                if label not in tasks:
+                    tasks[label] = progress.add_task(label, total=total_s)
+                progress.update(tasks[label], completed=min(now_s, total_s))
 
-            result = run_simulation(
-                cfg, progress=on_progress, with_bound=not no_bound, jobs=jobs or default_jobs()
-            )
-        if out is not None:
-            result.write(out)
-        doc = result.to_json()
+            results = []
+            for s in seed_list or [None]:
+                run_cfg = cfg if s is None else cfg.with_updates(seed=s)
+                prefix[0] = "" if s is None else f"seed {s}: "
+                res = run_simulation(
+                    run_cfg,
+                    progress=on_progress,
+                    with_bound=not no_bound,
+                    jobs=jobs or default_jobs(),
+                )
+                if out is not None:
+                    res.write(out if s is None else out / f"seed-{s}")
+                results.append(res)
+        if seed_list is None:
+            doc, show, where = results[0].to_json(), _print_table, f"{out}"
+        else:
+            from pearl.sim.over_seeds import seeds_summary
+
+            doc = seeds_summary([r.to_json() for r in results], seed_list)
+            show, where = _print_seeds_table, f"{out} (one folder per seed)"
         if as_json:
             print_json(doc)
         else:
-            _print_table(doc)
+            show(doc)
             if out is not None:
-                console.print(f"outputs written to {out}")
+                console.print(f"outputs written to {where}")

@@ -159,3 +159,52 @@ def test_missing_trace_file_exit_2() -> None:
     """A trace that is neither bundled nor a file is one line naming it, exit 2."""
     res = runner.invoke(app, ["simulate", "--trace", "no/such.json", "--json"])
     assert res.exit_code == 2 and "no/such.json" in res.stderr
+
+
+def test_simulate_over_seeds_reports_each_policy_per_seed_and_on_the_means(
+    tmp_path: Path,
+) -> None:
+    """--seeds runs once per seed: per-seed traj/h, mean, min, max, the first policy against
+    each other one, each seed's own document and, with --out, one folder per seed."""
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            *SMALL,
+            "--policies",
+            "fixed:colocated,fixed:disagg:1:1",
+            "--seeds",
+            "0, 1,1",
+            "--json",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["seeds"] == [0, 1] and "seed" not in doc["setting"]
+    assert [r["seed"] for r in doc["runs"]] == [0, 1]
+    for name, s in doc["policies"].items():
+        per = [r["policies"][name]["trajs_per_hour"] for r in doc["runs"]]
+        assert s["trajs_per_hour"] == per
+        assert s["min"] <= s["mean"] <= s["max"] and s["mean"] == pytest.approx(sum(per) / 2)
+        assert s["fraction_of_bound_mean"] is None  # --no-bound
+    cmp = doc["policies"]["fixed:colocated"]["against"]["fixed:disagg:1:1"]
+    assert 0 <= cmp["seeds_ahead"] <= 2
+    assert (tmp_path / "out" / "seed-0" / "summary.json").is_file()
+    assert (tmp_path / "out" / "seed-1" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--seeds", "0,x"], "not an integer seed"),
+        (["--seeds", "-1"], "seeds must be >= 0"),
+        (["--seeds", " , "], "no seed given"),
+        (["--seeds", "0,1", "--seed", "2"], "not both"),
+    ],
+)
+def test_simulate_bad_seeds_name_the_option(extra: list[str], needle: str) -> None:
+    res = runner.invoke(app, ["simulate", *SMALL, "--policies", "fixed:colocated", *extra])
+    assert res.exit_code == 2
+    assert needle in res.output and "--seeds" in res.output
