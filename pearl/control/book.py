@@ -175,6 +175,10 @@ class TrajectoryBook:
         self._steps[step] = ids
         return tuple(ids)
 
+    def num_unfinished(self) -> int:
+        """Batches in the book with a trajectory not yet done."""
+        return sum(1 for step in self._steps if not self.step_done(step))
+
     def retire_batch(self, step: int) -> bool:
         """Remove a finished batch (handed to training). False if unknown or unfinished."""
         if not self.step_done(step):

@@ -174,15 +174,13 @@ def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
     # `t_step * (1 + prefill / max(decode, makespan))` (a fixed point: the stretch sets the
     # makespan), and prefill per decode second where the decodes fill the batch's time.
     t_token = t_step * (1.0 + prefill / np.maximum(decode, 1e-9))
-    makespan = paths(t_token)[0]
+    makespan, tput, crit, own_decode = paths(t_token)
     for _ in range(_MAX_ITERATIONS):
         t_token = t_step * (1.0 + prefill / np.maximum(np.maximum(decode, makespan), 1e-9))
-        nxt = paths(t_token)[0]
-        done = np.max(np.abs(nxt - makespan) / makespan) < _TOLERANCE
-        makespan = nxt
-        if done:
+        previous = makespan
+        makespan, tput, crit, own_decode = paths(t_token)
+        if np.max(np.abs(makespan - previous) / previous) < _TOLERANCE:
             break
-    makespan, tput, crit, own_decode = paths(t_token)
     return {
         "makespan_s": makespan,
         "throughput_bound_s": tput,

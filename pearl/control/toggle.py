@@ -89,8 +89,7 @@ class ToggleManager:
             return
         current = sch.current_config()
         target = c.advisor.choose(n_new, current)
-        unfinished = sum(1 for k in c.book.steps if not c.book.step_done(k))
-        verdict = c.advisor.borrow(current, target, window_s, max(1, unfinished))
+        verdict = c.advisor.borrow(current, target, window_s, max(1, c.book.num_unfinished()))
         if not verdict.admit:
             c.decide(f"decline borrow of {len(cands)} GPU(s): {verdict.reason}")
             return

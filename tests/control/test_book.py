@@ -85,6 +85,17 @@ def test_retire_only_finished_batch():
     assert b.retire_batch(0) and len(b) == 0
 
 
+def test_unfinished_batches_count_until_every_trajectory_is_done():
+    b = _book(1, 2)
+    b.start_batch(1, 1, 1)
+    assert b.num_unfinished() == 2
+    for tid in ("s0-g0-0", "s0-g0-1"):
+        b.mark_done(tid)
+    assert b.num_unfinished() == 1  # batch 0 done (not yet retired), batch 1 running
+    b.retire_batch(0)
+    assert b.num_unfinished() == 1
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.integers(0, 2)), max_size=60))
 def test_random_operations_keep_every_trajectory_once(ops):
