@@ -12,9 +12,26 @@ from pearl.specs import get_gpu, get_model
 
 @pytest.mark.parametrize("ref", REFERENCES, ids=lambda r: r.key)
 def test_reference_within_tolerance(ref) -> None:
-    """Each published figure is reproduced within its row's tolerance."""
+    """Each published figure is reproduced within its row's tolerance, except the rows
+    whose miss is known and explained: those must still miss (a change that closes the gap
+    updates the row), and say why in the table."""
     v = ref.evaluate()
-    assert v.ok, v.row()
+    if ref.known_miss:
+        assert not v.ok, f"{ref.key} is within tolerance now: drop its known_miss"
+        assert v.row()["verdict"] == f"MISS: {ref.known_miss}"
+    else:
+        assert v.ok, v.row()
+
+
+def test_dense_layer_rows_span_decode_and_prefill() -> None:
+    """The Vidur rows cover the memory side (decode), the knee and the compute side
+    (prefill chunks), and the model is never more than 15% optimistic on either side."""
+    rows = {r.key: r.evaluate() for r in REFERENCES if r.key.startswith("dense_layer_h100_")}
+    assert {"dense_layer_h100_1", "dense_layer_h100_4096"} <= rows.keys()
+    for key in ("dense_layer_h100_1", "dense_layer_h100_32", "dense_layer_h100_4096"):
+        assert rows[key].ratio >= 0.85, rows[key].row()
+    # Compute-bound side: four times the tokens, about four times the time.
+    assert 3.5 < rows["dense_layer_h100_4096"].value / rows["dense_layer_h100_1024"].value < 4.1
 
 
 def test_serving_loop_counts_every_token_and_batches_decodes() -> None:
@@ -30,3 +47,16 @@ def test_serving_loop_counts_every_token_and_batches_decodes() -> None:
     assert one.mean_tpot_s == pytest.approx(hw.decode_step_time_s(1, 512 + 32), rel=0.05)
     assert 2.0 < four.output_tokens_per_s / one.output_tokens_per_s < 4.0
     assert four.mean_tpot_s > one.mean_tpot_s
+
+
+def test_llama2_reference_spec_is_consistent() -> None:
+    """The Vidur rows' model: parameters and KV bytes follow from its config fields."""
+    m = get_model("llama-2-7b")
+    h, f, layers = m.hidden_size, m.intermediate_size, m.num_hidden_layers
+    assert f is not None
+    per_layer = 4 * h * h + 3 * h * f + 2 * h  # MHA projections, gated MLP, two RMSNorms
+    non_embedding = layers * per_layer + h  # + the final norm
+    assert m.params_non_embedding == non_embedding
+    assert m.params_total == non_embedding + 2 * m.vocab_size * h  # untied embeddings
+    assert m.weight_bytes_bf16 == 2 * m.params_total
+    assert m.kv_bytes_per_token_bf16 == 2 * layers * m.num_key_value_heads * m.head_dim * 2

@@ -34,6 +34,10 @@ from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
 
 SCALING_GPUS = (16, 24, 32)
+# The paper does not state the base pool of §3.1: a base of B reads as B -> 1.5B -> 1.5B + 8.
+# The table judges B = 16 (issue 13's reading); B = 8, inside the evaluation's 4-16 GPU
+# rollout pool, is reported beside it in the notes, never judged.
+SCALING_GPUS_OTHER_BASE = (8, 12, 20)
 PD_BATCHES = (32, 48, 64, 96)
 PD_GPUS = 8
 PD_RATIOS = ((2, 6), (3, 5), (4, 4), (5, 3), (6, 2))
@@ -57,6 +61,17 @@ class PdPoint:
     def disagg_gain(self) -> float:
         """Colocated makespan / best disaggregated makespan - 1 (> 0: disaggregation wins)."""
         return self.colocated_s / self.disaggregated_s[self.best_ratio] - 1.0
+
+
+def crossover_verdict(gain: float, paper_gain: float, points: float = 0.05) -> tuple[bool, str]:
+    """(within, what is off) for a simulated disaggregation gain against the paper's: the
+    sign must agree and the magnitude lie within `points`; a right sign with a magnitude
+    off says by how much."""
+    sign_ok = (gain > 0) == (paper_gain > 0)
+    gap = abs(gain - paper_gain)
+    if sign_ok and gap > points:
+        return False, f"; sign right, {gap * 100:.1f} points off"
+    return sign_ok and gap <= points, ""
 
 
 def _sync(cfg: SimConfig, **dotted: Any) -> SimConfig:
@@ -141,6 +156,14 @@ def run(
     # §3.1 scaling (Qwen3-8B)
     if len(scaling_gpus) >= 3:
         sc = sync_scaling(cfg, "qwen3-8b", scaling_gpus, progress=progress)
+        other = sync_scaling(cfg, "qwen3-8b", SCALING_GPUS_OTHER_BASE, progress=progress)
+        o1, o2, o3 = SCALING_GPUS_OTHER_BASE
+        notes.append(
+            f"§3.1 from the other base the paper's wording allows ({o1} -> {o2} -> {o3} "
+            f"GPUs, not judged): cuts {1 - other[o2] / other[o1]:.1%} and "
+            f"{1 - other[o3] / other[o2]:.1%} ({other[o1]:.0f} -> {other[o2]:.0f} -> "
+            f"{other[o3]:.0f} s) against the paper's 10.3% and 8.9%."
+        )
         a, b, c = scaling_gpus[:3]
         cut1, cut2 = 1 - sc[b] / sc[a], 1 - sc[c] / sc[b]
         rows.append(
@@ -224,27 +247,23 @@ def run(
             f"pearl simulate --static-gpus {PD_GPUS} --batch B --set {SYNC} --policies "
             "fixed:colocated,fixed:disagg:P:D,..."
         )
-        g_lo, g_hi = pts[lo].disagg_gain, pts[hi].disagg_gain
-        rows.append(
-            _row(
-                f"§3.3 best disaggregated vs colocated, batch {lo} ({model})",
-                "+9.7% (disaggregation wins)",
-                f"{g_lo:+.1%} ({pts[lo].best_ratio[0]}P{pts[lo].best_ratio[1]}D)",
-                "sign; magnitude +-5 points",
-                g_lo > 0,
-                how,
+        ends = [(lo, 0.097, "+9.7% (disaggregation wins)")]
+        if hi != lo:
+            ends.append((hi, -0.061, "-6.1% (colocation wins)"))
+        for b, paper_gain, paper in ends:
+            g = pts[b].disagg_gain
+            ok, off = crossover_verdict(g, paper_gain)
+            sim = f"{g:+.1%} ({pts[b].best_ratio[0]}P{pts[b].best_ratio[1]}D){off}"
+            rows.append(
+                _row(
+                    f"§3.3 best disaggregated vs colocated, batch {b} ({model})",
+                    paper,
+                    sim,
+                    "sign, and magnitude +-5 points",
+                    ok,
+                    how,
+                )
             )
-        )
-        rows.append(
-            _row(
-                f"§3.3 best disaggregated vs colocated, batch {hi} ({model})",
-                "-6.1% (colocation wins)",
-                f"{g_hi:+.1%} ({pts[hi].best_ratio[0]}P{pts[hi].best_ratio[1]}D)",
-                "sign; magnitude +-5 points",
-                g_hi < 0,
-                how,
-            )
-        )
         if 48 in pts and 64 in pts:
             r48, r64 = pts[48].best_ratio, pts[64].best_ratio
             rows.append(

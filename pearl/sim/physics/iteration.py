@@ -50,9 +50,11 @@ from pearl.specs.hardware import GpuSpec, ModelSpec
 #   reads. The same decode kernels run on Hopper; 0.82 stays under the 0.90 of peak that a
 #   plain device copy reaches on this workplace's H200. (Before that measurement: 0.72, the
 #   middle of gpus.yaml's 60-79% lead.)
-# * compute: prefill GEMMs reach ~55-65% of peak bf16 end to end (gpus.yaml's lead; no
-#   published end-to-end prefill figure pins it yet), under the 0.78-0.81 of a large GEMM
-#   on this workplace's H200. A100's older kernels sit at the low end.
+# * compute: prefill GEMMs reach ~55-65% of peak bf16 end to end (gpus.yaml's lead), under
+#   the 0.78-0.81 of a large GEMM on this workplace's H200. Vidur's per-operator profile of
+#   Llama-2-7B on an H100 (all of a layer but attention) runs a 4,096-token iteration at
+#   0.64 of peak, 8% faster than this model (pearl/sim/calibration_refs.py). A100's older
+#   kernels sit at the low end.
 DEFAULT_EFFICIENCY: dict[str, tuple[float, float]] = {
     "h100-sxm": (0.60, 0.82),
     "h800": (0.60, 0.82),
