@@ -235,6 +235,28 @@ def _vidur_row(num_tokens: int, what: str, known_miss: str = "") -> Reference:
     )
 
 
+# Prefill attention: vLLM runs FlashAttention 3 on Hopper by default
+# (vllm/v1/attention/backends/fa_utils.py, get_flash_attn_version: version 3 on compute
+# capability 9.x). A chunk over a long prefix is mostly non-causal pairs (every query
+# attends the whole prefix), so the non-causal figure is the one to compare.
+_FA3 = (
+    "Shah et al., 'FlashAttention-3' (arXiv:2407.08608), forward-speed figure, head dim "
+    "128, H100 80GB SXM5, sequence length 16k: FlashAttention-3 648 TFLOP/s "
+    "(FlashAttention-2 370); vLLM selects FlashAttention 3 on Hopper "
+    "(vllm/v1/attention/backends/fa_utils.py)"
+)
+
+
+def _prefill_attention_tflops() -> float:
+    """The model's attention throughput for a 16,384-token prefill chunk over a
+    16,384-token prefix of Qwen3-8B on an H100 (its attention term alone)."""
+    hw = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"))
+    chunk = prefix = 16384
+    flops = hw.attn_flops_per_pair * hw.chunk_pairs(prefix, chunk)
+    t = max(flops / hw.compute_rate, hw.kv_bytes_per_token * (prefix + chunk) / hw.memory_rate)
+    return flops / t / 1e12
+
+
 def _efficiency(gpu: str, index: int) -> Callable[[], float]:
     return lambda: DEFAULT_EFFICIENCY[gpu][index]
 
@@ -273,6 +295,16 @@ REFERENCES: tuple[Reference, ...] = (
     ),
     _vidur_row(1024, "prefill chunk of 1,024 tokens: dense layers"),
     _vidur_row(4096, "prefill chunk of 4,096 tokens: dense layers (compute side)"),
+    Reference(
+        key="prefill_attention_h100",
+        what="prefill attention throughput over a long prefix",
+        setting="H100, bf16, head dim 128, 16K tokens (the model: Qwen3-8B, a 16K chunk "
+        "over a 16K prefix)",
+        source=_FA3,
+        measured=648.0,
+        unit="TFLOP/s",
+        model=_prefill_attention_tflops,
+    ),
     Reference(
         key="compute_ceiling_h100",
         what="end-to-end compute efficiency of the model (H100/H200 class) vs a large GEMM",
