@@ -198,6 +198,7 @@ _VIDUR_H100 = (
 _VIDUR_DENSE_MS = {1: 0.176, 32: 0.183, 256: 0.289, 1024: 0.664, 4096: 2.623}
 
 
+@cache
 def _h100_llama2() -> WorkerHardware:
     return WorkerHardware(get_model("llama-2-7b"), get_gpu("h100-sxm"))
 
@@ -210,12 +211,8 @@ def _dense_layer_ms(num_tokens: int) -> Callable[[], float]:
 
     def value() -> float:
         hw = _h100_llama2()
-        dense = max(
-            hw.flops_per_token * num_tokens / hw.compute_rate,
-            hw.weight_bytes_read(num_tokens) / hw.memory_rate,
-        )
-        layers = hw.model.num_hidden_layers
-        return (dense + hw.params.iteration_overhead_s) / layers * 1e3
+        dense = hw.dense_time_s(num_tokens)
+        return (dense + hw.params.iteration_overhead_s) / hw.model.num_hidden_layers * 1e3
 
     return value
 
@@ -252,9 +249,9 @@ def _prefill_attention_tflops() -> float:
     16,384-token prefix of Qwen3-8B on an H100 (its attention term alone)."""
     hw = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"))
     chunk = prefix = 16384
-    flops = hw.attn_flops_per_pair * hw.chunk_pairs(prefix, chunk)
-    t = max(flops / hw.compute_rate, hw.kv_bytes_per_token * (prefix + chunk) / hw.memory_rate)
-    return flops / t / 1e12
+    pairs = hw.chunk_pairs(prefix, chunk)
+    t = hw.prefill_attention_time_s(pairs, prefix, chunk)
+    return hw.attn_flops_per_pair * pairs / t / 1e12
 
 
 def _efficiency(gpu: str, index: int) -> Callable[[], float]:

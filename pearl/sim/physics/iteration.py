@@ -221,14 +221,10 @@ class WorkerHardware:
         if tokens == 0:
             return 0.0
         cr, mr, kvb = self.compute_rate, self.memory_rate, self.kv_bytes_per_token
-        linear_flops = self.flops_per_token * tokens + self.flops_per_logit * (
-            num_decode + num_prefill_logits
-        )
-        busy = max(linear_flops / cr, self.weight_bytes_read(tokens) / mr)
-        if num_prefill_tokens:  # read the prefix once, write the chunks' KV
-            busy += max(
-                self.attn_flops_per_pair * prefill_pairs / cr,
-                kvb * (prefill_prefix_tokens + num_prefill_tokens) / mr,
+        busy = self.dense_time_s(tokens, num_decode + num_prefill_logits)
+        if num_prefill_tokens:
+            busy += self.prefill_attention_time_s(
+                prefill_pairs, prefill_prefix_tokens, num_prefill_tokens
             )
         if num_decode:  # each decode reads its whole context and writes one token
             busy += max(
@@ -242,6 +238,22 @@ class WorkerHardware:
             + self.tp_per_token_s * tokens
             + p.iteration_overhead_s
             + p.per_seq_overhead_s * (num_decode + num_prefill_logits)
+        )
+
+    def dense_time_s(self, num_tokens: int, num_logits: int = 0) -> float:
+        """The dense layers (and the LM head for `num_logits` sampled positions) over an
+        iteration's `num_tokens` tokens: one GEMM group on its own roofline."""
+        flops = self.flops_per_token * num_tokens + self.flops_per_logit * num_logits
+        return max(flops / self.compute_rate, self.weight_bytes_read(num_tokens) / self.memory_rate)
+
+    def prefill_attention_time_s(
+        self, pairs: float, prefix_tokens: int, chunk_tokens: int
+    ) -> float:
+        """The prefill chunks' attention: `pairs` (query, key) pairs on the compute side;
+        the prefix read once and the chunks' KV written on the memory side."""
+        return max(
+            self.attn_flops_per_pair * pairs / self.compute_rate,
+            self.kv_bytes_per_token * (prefix_tokens + chunk_tokens) / self.memory_rate,
         )
 
     @staticmethod
@@ -287,11 +299,8 @@ class WorkerHardware:
         c1 = self.attn_flops_per_pair * d / cr
         m0 = self.kv_bytes_per_token * (ctx0 + d) / mr
         m1 = self.kv_bytes_per_token * d / mr
-        linear = max(
-            (self.flops_per_token + self.flops_per_logit) * d / cr, self.weight_bytes_read(d) / mr
-        )
         fixed = (
-            linear
+            self.dense_time_s(d, d)
             + self.tp_fixed_s
             + self.tp_per_token_s * d
             + p.iteration_overhead_s
