@@ -1,13 +1,21 @@
-"""Benchmark one `DecisionEngine.decide()` at 16, 256 and 4,096 GPUs (targets: < 1 ms,
+"""Benchmark one `DecisionEngine.decide()` at 16, 256 and 4,096 GPUs (targets: < 5 ms,
 < 10 ms, < 100 ms), one worker per GPU, so N workers give N candidates (colocated:N and
-every disaggregated split). Profile: examples/profile.json; batch 64; the current config is
-a 1:3 split of the budget (so hysteresis and the stay candidate are exercised).
+every disaggregated split). Profile: examples/profile.json with its trajectory sample
+cycled up to the size a long run keeps (`TRAJECTORY_SAMPLE_SIZE`: each candidate is scored
+on every sampled trajectory); batch 64; the current config is a 1:3 split of the budget
+(so hysteresis and the stay candidate are exercised).
+
+The 16-GPU target was 1 ms while the engine followed one observed tail trajectory; it
+scores the longest of B sampled trajectories since (`pearl.control.longest`), about 2.5
+ms, and 5 ms stays far below what matters: a decision is taken at an elastic event or a
+rollout step, minutes apart.
 
     .venv/bin/python -m bench.decide [--no-write]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import sys
@@ -17,14 +25,17 @@ from bench._md import ROOT, machine_line, write_section
 from pearl.control.decision import DecisionEngine
 from pearl.control.makespan import predict
 from pearl.control.plan import PDConfig
-from pearl.control.profile import WorkloadProfile
+from pearl.control.profile import TRAJECTORY_SAMPLE_SIZE, WorkloadProfile
 
-TARGETS_MS = {16: 1.0, 256: 10.0, 4096: 100.0}
+TARGETS_MS = {16: 5.0, 256: 10.0, 4096: 100.0}
 BATCH = 64
 
 
 def load_profile() -> WorkloadProfile:
-    return WorkloadProfile.from_json(json.loads((ROOT / "examples" / "profile.json").read_text()))
+    p = WorkloadProfile.from_json(json.loads((ROOT / "examples" / "profile.json").read_text()))
+    sample = p.trajectory_sample
+    full = tuple(sample[i % len(sample)] for i in range(TRAJECTORY_SAMPLE_SIZE)) if sample else ()
+    return dataclasses.replace(p, trajectory_sample=full)
 
 
 def measure(
@@ -77,10 +88,16 @@ def main() -> None:
         [
             "## Decision engine: `DecisionEngine.decide`",
             "",
-            "Median wall time of one decision (every candidate scored with numpy, hysteresis "
-            f"against a 1:3 current split; examples/profile.json, batch {BATCH}). "
+            "Median wall time of one decision (every candidate scored with numpy on "
+            f"{TRAJECTORY_SAMPLE_SIZE} sampled trajectories, hysteresis against a 1:3 current "
+            f"split; examples/profile.json, its sample cycled to that size, batch {BATCH}; "
+            "above 64 splits the search is coarse to fine, `pearl.control.split_search`). "
             f"Machine: {machine_line()}, shared with other jobs while measured.",
             "Rerun: `.venv/bin/python -m bench.decide`.",
+            "",
+            "The 16-GPU target was 1 ms (0.73 ms measured) while the engine followed one "
+            "observed tail trajectory; scoring the longest of B sampled ones costs more, and "
+            "5 ms stays far below what matters (a decision per elastic event or rollout step).",
             "",
             "`decide()` scores every candidate with numpy and chooses on the arrays; "
             "`Candidate` objects are built on access (last column but one: decide plus building "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pearl.control.longest import TrajectoryPaths
 from pearl.control.profile import WorkloadProfile
 
 
@@ -35,6 +36,7 @@ class BatchWorkload:
     ctx: float
     working_set: float
     t_kv: float
+    serve_cv2: float  # squared coefficient of variation of a turn's prefill service
     n_d: float
     ctx_dec: float
     k_seq: float
@@ -54,11 +56,11 @@ class BatchWorkload:
     decode_saturation_seqs: float
     hit_coeff_disaggregated: float
     hit_depth: float
-    alive: np.ndarray  # `_alive_by_round`: trajectories still running in each tail round
-    round_weight: np.ndarray  # 1 per round, the tail's fractional last round less
+    # the trajectories whose longest is the critical path (`pearl.control.longest`): the
+    # profile's sample, or without one the observed tail alone
+    paths: TrajectoryPaths
+    alive: np.ndarray  # trajectories still running in rounds 1..paths.max_turns
     env_turn_s: float  # a mean trajectory's time off the model per turn
-    tail_decode_per_turn: float  # the tail's decode tokens per turn
-    tail_env_per_turn_s: float  # the tail's time off the model per turn
 
 
 def batch_workload(
@@ -84,13 +86,25 @@ def batch_workload(
 
     tail_turns = max(tail(profile.tail_turns, turns), 1.0)
     h_max = profile.kv_capacity(num_gpus_per_worker)
-    alive, round_weight = _alive_by_round(profile, batch, tail_turns)
     tail_new = tail(profile.tail_new_prefill_tokens, turns * profile.new_prefill_tokens_per_turn)
     tail_decode = tail(profile.tail_decode_tokens, turns * n_d)
     tail_env = (
         tail(profile.tail_env_s, turns * profile.env_s_per_turn_mean)
         + tail_turns * profile.turn_overhead_s
     )
+    sampled = TrajectoryPaths.from_sample(profile.trajectory_sample, batch, profile.turn_overhead_s)
+    if sampled is None:  # the tail alone, the others running by the coarse survival
+        paths = TrajectoryPaths.single(
+            tail_turns,
+            tail_new,
+            tail_turns * profile.cached_prefix_tokens_per_turn,
+            tail_decode,
+            tail_env,
+        )
+        alive = _alive_by_round(profile, batch, tail_turns)
+    else:  # rounds up to the longest sampled trajectory, survival as sampled
+        paths = sampled
+        alive = np.maximum(batch * paths.survival(paths.max_turns), 1.0)
     return BatchWorkload(
         batch=float(batch),
         turns=turns,
@@ -106,6 +120,7 @@ def batch_workload(
         ctx=ctx,
         working_set=batch * (ctx + n_d),
         t_kv=perf.kv_transfer_s(ctx * hw.kv_bytes_per_token),
+        serve_cv2=profile.prefill_tokens_cv2,
         n_d=n_d,
         ctx_dec=ctx + n_d / 2.0,
         k_seq=ctx + n_d,
@@ -125,21 +140,16 @@ def batch_workload(
         decode_saturation_seqs=hw.decode_saturation_seqs,
         hit_coeff_disaggregated=profile.cache_hit_coeff_disaggregated,
         hit_depth=min(max(profile.prefix_hit_depth, 0.0), 1.0),
+        paths=paths,
         alive=alive,
-        round_weight=round_weight,
         # the last turn of a trajectory has no environment step after it
         env_turn_s=profile.env_s_per_turn_mean * max(turns - 1.0, 0.0) / turns
         + profile.turn_overhead_s,
-        tail_decode_per_turn=tail_decode / tail_turns,
-        tail_env_per_turn_s=tail_env / tail_turns,
     )
 
 
-def _alive_by_round(
-    profile: WorkloadProfile, batch: int, tail_turns: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Trajectories still running while the tail runs its k-th turn, k = 1..ceil(T_tail),
-    and each round's weight (the tail's last round may be fractional).
+def _alive_by_round(profile: WorkloadProfile, batch: int, tail_turns: float) -> np.ndarray:
+    """Trajectories still running while the tail runs its k-th turn, k = 1..ceil(T_tail).
 
     Trajectories progress in rounds (each waits for its own turn's prefill, decode and
     environment), so while the tail is in round k the others running are those with at
@@ -154,9 +164,7 @@ def _alive_by_round(
         surv = np.array([0.5 * math.erfc(x) for x in z])
     else:
         surv = (ks <= mu + 0.5).astype(float)
-    weight = np.ones(k_max)
-    weight[-1] = tail_turns - (k_max - 1)
-    return np.maximum(batch * surv, 1.0), weight
+    return np.maximum(batch * surv, 1.0)
 
 
 def _max_scale(batch: float) -> float:

@@ -17,9 +17,11 @@ property tests pin this (`tests/control/test_decision.py`). One split with one m
 worker can predict a slightly longer tail (the others' turns return to the prefill queue
 sooner), a closed-system effect the tests bound.
 
-Scoring is vectorised over all splits and the choice is made on the arrays; `Decision.
-candidates` is a `CandidateTable`, a read-only sequence that builds each `Candidate` on
-first access, so 4,096 workers take a few milliseconds.
+Scoring is vectorised over the splits and the choice is made on the arrays; budgets of
+more than 64 splits are searched coarse to fine (`pearl.control.split_search`: the best
+split is scored exactly, the others between scored ones interpolated, and say so in their
+breakdown). `Decision.candidates` is a `CandidateTable`, a read-only sequence that builds
+each `Candidate` on first access, so 4,096 workers take a few tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pearl.control.makespan import (
 )
 from pearl.control.plan import PDConfig
 from pearl.control.profile import WorkloadProfile
+from pearl.control.split_search import score_splits
 
 MODES = ("colocated", "disaggregated")
 
@@ -227,10 +230,14 @@ class DecisionEngine:
             arr = colocated_arrays(w, np.array([float(num_workers)]))
             blocks.append(("colocated", arr, *feasibility(w, "colocated")))
         if "disaggregated" in modes and num_workers >= 2:
-            p = np.arange(1, num_workers, dtype=float)
-            d = num_workers - p
-            arr = disaggregated_arrays(w, p, d)
-            blocks.append(("disaggregated", arr, *feasibility(w, "disaggregated", d)))
+            d = num_workers - np.arange(1, num_workers, dtype=float)
+            ok, why = feasibility(w, "disaggregated", d)
+            arr, scored = score_splits(
+                lambda pp, dd: disaggregated_arrays(w, pp, dd), num_workers, ok
+            )
+            if not scored.all():  # say which splits' numbers are interpolated
+                arr["interpolated"] = (~scored).astype(float)
+            blocks.append(("disaggregated", arr, ok, why))
         return CandidateTable(num_workers, blocks)
 
     def decide(

@@ -3,11 +3,11 @@
 A batch of B trajectories; each runs turns of (prefill, decode, environment). From a
 `WorkloadProfile` (means per turn: `n_p` new prefill tokens, `n_d` decode tokens, context
 `K`; `T` turns per trajectory; share `f` of a trajectory's life spent waiting on its
-environment; and the *tail trajectory*, the one that finished last: `T_tail` turns and its
-totals of new prefill tokens, decode tokens `D_tail` and environment seconds `E_tail`) and
-the fitted per-worker costs (`PerfParams`), as `pearl.control.batch_workload` reduces them
-to numbers for one batch (the tail scaled to the batch size, the trajectories running in
-each of the tail's rounds, a worker's KV seats).
+environment; a sample of finished trajectories' totals, or without one the observed tail
+trajectory) and the fitted per-worker costs (`PerfParams`), as
+`pearl.control.batch_workload` reduces them to numbers for one batch (the trajectories
+whose longest is the critical path, the trajectories still running in each round, a
+worker's KV seats).
 
 * prefill of a turn `t_pf = a + (b_p + c_attn*K) * (n_p + n_c*(1-h))`, where `n_p` tokens
   per turn are new to the trajectory and `n_c` is the reusable prefix (the rest of the
@@ -24,44 +24,50 @@ each of the tail's rounds, a worker's KV seats).
   `HardwarePrior`; dense: none); KV memory holds `S = (H_max - K_seq)/K_dec` *seats*
   (admission is FIFO and allocates whole contexts, so about one sequence's KV stays free
   at the head of the line; `H_max` is the KV pool the engines report in telemetry, else
-  the hardware prior's estimate).
+  the hardware prior's estimate). A worker whose `m` live trajectories each decode a
+  share `q` of their time runs `m*q` sequences on average (its busy time), but a decoding
+  trajectory finds itself in a batch of `1 + (m-1)*q` (`_seen_batch`: it always counts
+  itself), and that batch sets its own tokens' step.
 
 The makespan is the larger of a **throughput bound** (a worker's total work over its
-capacity) and the **critical path** of the tail trajectory, including the bubbles other
-work puts in its way (both are lower bounds of a real schedule).
+capacity) and the **critical path**: the longest of the batch's B trajectories, each
+through its own turns with the waits the others put in its way (`longest_path`: the expected
+longest of B draws from the sampled trajectories, `pearl.control.longest`).
+
+Both modes are followed **round by round**: in round k, `n_k = max(1, B*S(k))`
+trajectories run (`S`: the sample's survival of turns; without a sample, our coarse
+normal survival from the profile's mean and p90), which sets what a turn waits for and how
+large the decode batches are. A trajectory runs its k-th turn against round `k*r`, `r` its
+pace against the mean one (a slow trajectory meets fewer others), and sums over its own
+turns its prefill, its decode tokens at the rounds' cost per token, its environment and
+the rounds' waits.
 
 Colocated (N workers): prefill and decode share iterations on the same GPUs (chunked
-prefill). Decode concurrency per worker `b = clip(B/N * (1-f) * T/T_tail, 1, S)`:
-trajectories waiting on the environment do not decode, and trajectories that finished
-early (they run T of the tail's T_tail turns) no longer do. Throughput bound
-`max(P_w + D_w, ((B/N - 1)*T + T_tail) * s / S)`: per-worker prefill and decode busy time
-(`D_w = B*T*n_d/N / b * t_step`), and the seat time of the tail's worker (trajectories
-stay on the worker that holds their prefix); a decode token costs a mean iteration, the
-decode step stretched by the prefill riding in it: `t_tok = t_step * (1 + P_w/max(D_w, M))`
-with `M` the makespan itself (a fixed point: prefill chunks arrive whether or not the
-worker decodes, so only the share `D_w/M` of them lands in decoding iterations), and a
-turn holds its seat for `s = t_pf + n_d*t_tok`. Critical path: the tail's own prefills,
-`D_tail*t_tok` and `E_tail`, or, where KV seats are the bottleneck, the seat path
-`T_tail * n * s / S` with `n = B/N * T/T_tail` live trajectories per worker (a turn's
-cycle is at least `n*s/S`, the response-time law of a closed system).
+prefill). A round's `m = n_k/N` live trajectories per worker decode in batches of
+`clip(m*(1-f), 1, S)`; a turn's own cycle is `t_pf + n_d*t_tok + e`, and a token of a
+decoding trajectory costs `t_tok = t_step / (1 - rho)` with `rho = (m-1)*t_pf/x` the
+*other* trajectories' prefill per second of the round (its own prefill comes before its
+decode and never interrupts it). A round lasts `x`, the longest of a turn's own cycle, the
+worker's work for its `m` trajectories `m*(t_pf + n_d*t_step/b)` and the seats'
+response-time law `m*s/S` (`s = t_pf + n_d*t_tok`, how long a turn holds its KV), so
+an overloaded worker makes every turn wait. Throughput bound `max(P_w + D_w,
+((B/N - 1)*T + T_tail) * s / S)`: per-worker prefill and decode busy time
+(`D_w = B*T*n_d/N / b * t_step`, `b` the batch over the whole batch), and the seat time
+of the worker that keeps the longest trajectory.
 
-Disaggregated (p prefill, d decode): the two stages run concurrently, and the tail is
-followed round by round over its turns, because how many trajectories still run sets what
-its turns wait for. In round k, `n_k = max(1, B*S(k))` trajectories run (`S`: our coarse
-normal survival of turns per trajectory from the profile's mean and p90). A mean turn's
-own work is `o = t_pf + t_kv + n_d*t_step(b) + e` (e: its environment and overhead); it
-queues at its prefill worker (sticky routing: one queue per worker) with service
-`s = max(t_pf, t_kv)` at utilisation `u = L/x`, `L = n_k*s/p`, so its cycle `x` solves the
-M/M/1 `x = o + s*u/(1-u)` (closed form: the larger root of `(x-o)(x-L) = s*L`), and is at
-least the decode seats' response time `n_k*n_d*t_step/(d*S)`. The decoding share of the
-live trajectories sets the batch, `b = clip(n_k/d * n_d*t_step(b)/x, 1, S)` (a fixed
-point: the batch sets the decode step, the step the share). The tail's round is its own
-prefill, KV transfer, decode and environment per turn plus the round's wait `x - o`; the
-critical path sums its rounds. Throughput bounds: prefill path `max(prefill work, KV link
-time) / p`, decode path `sum_k n_k*n_d*t_step/b / d` (at least the tail's own decode).
-(The same rounds for colocation, the seats' response time per round in place of the
-averaged seat path, were tried: `pearl validate` 30B improved, 88% against 81% within 1%,
-but PEARL's throughput on the 8B segments fell 1-4%, docs/decision-engine.md.)
+Disaggregated (p prefill, d decode): the two stages run concurrently. A mean turn's own
+work is `o = t_pf + t_kv + n_d*t_step + e` (e: its environment and overhead); it queues at
+its prefill worker (sticky routing: one queue per worker) with service `s = max(t_pf,
+t_kv)` at utilisation `u = L/x`, `L = n_k*s/p`; the mean wait of an M/G/1 queue
+(Pollaczek-Khinchine) is `s*(1+cv^2)/2 * u/(1-u)`, `cv^2` the spread of the tokens turns
+prefill (`WorkloadProfile.prefill_tokens_cv2`; 1 is M/M/1), so the cycle `x` solves
+`x = o + s'*u/(1-u)` with `s' = s*(1+cv^2)/2` (closed form: the larger root of
+`(x-o)(x-L) = s'*L`), and is at least the decode seats' response time
+`n_k*n_d*t_step/(d*S)`. The decoding share `q = n_d*t_step/x` of the live trajectories
+sets the batch a decoding trajectory sees, `1 + (n_k/d - 1)*q` (a fixed point: the batch
+sets the step, the step the share). Throughput bounds: prefill path `max(prefill work,
+KV link time) / p`, decode path `sum_k n_k*n_d*t_step(b)/b / d` at the mean batch
+`b = n_k/d * q` (at least the longest trajectory's own decode).
 
 Feasibility (paper §4.2): a worker's weights fit its GPUs; one trajectory's context fits a
 worker's KV memory (prefill workers stage whole contexts); disaggregation needs decode KV
@@ -72,7 +78,7 @@ KV arrives from a prefill worker), and KV pressure short of the bound is in the 
 time.
 
 Everything is our own coarse model, deliberately independent of the simulator's world.
-The core works on numpy arrays so the decision engine can score thousands of splits at once.
+The core works on numpy arrays so the decision engine can score many splits at once.
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ from typing import Any
 import numpy as np
 
 from pearl.control.batch_workload import BatchWorkload, batch_workload
+from pearl.control.longest import longest_path
 from pearl.control.plan import PDConfig
 from pearl.control.profile import WorkloadProfile
 
@@ -108,9 +115,9 @@ class Prediction:
 
 def _prefill(
     w: BatchWorkload, cache_workers: np.ndarray, hit_coeff: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-turn prefill time, the tail's total prefill time and the prefix-cache hit share
-    when `cache_workers` workers keep the prefix caches (see module docstring)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-turn prefill time and the prefix-cache hit share when `cache_workers` workers
+    keep the prefix caches (see module docstring)."""
     room = cache_workers * w.h_max
     if w.working_set > 0:
         r = room / w.working_set
@@ -119,19 +126,17 @@ def _prefill(
         hit = np.full_like(room, w.hit_depth)
     per_token = w.prefill_b + w.prefill_c * w.ctx
     t_pf = w.step_a + per_token * (w.n_new + w.n_cached * (1.0 - hit))
-    tail = w.tail_turns * w.step_a + per_token * (
-        w.tail_new_tokens + w.tail_cached_tokens * (1.0 - hit)
-    )
-    return t_pf, tail, hit
+    return t_pf, hit
 
 
-def _seat_path(w: BatchWorkload, workers: np.ndarray, seat_s: np.ndarray) -> np.ndarray:
-    """The tail's critical path when KV seats are the bottleneck: each of the worker's live
-    trajectories cycles through a seat it holds `seat_s` per turn, so a turn's cycle is at
-    least `n * seat_s / seats` (the response-time law of a closed system), for the tail's
-    `T_tail` turns."""
-    alive = w.batch / np.asarray(workers, dtype=float) * w.live
-    return w.tail_turns * alive * seat_s / w.seats
+def _own_prefill(w: BatchWorkload, hit: np.ndarray) -> np.ndarray:
+    """Each trajectory's own prefill time (candidates x trajectories) at the candidates'
+    prefix-cache hit shares `hit`: its new tokens always, its reusable prefix where the
+    caches miss, at the per-turn cost of `_prefill`."""
+    tr = w.paths
+    per_token = w.prefill_b + w.prefill_c * w.ctx
+    missed = tr.reusable_tokens[None, :] * (1.0 - np.asarray(hit, dtype=float)[:, None])
+    return (tr.turns * w.step_a)[None, :] + per_token * (tr.new_tokens[None, :] + missed)
 
 
 def _step_s(w: BatchWorkload, b: np.ndarray) -> np.ndarray:
@@ -147,66 +152,101 @@ def _decode(w: BatchWorkload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return b, t_step, busy
 
 
+def _seen_batch(live: np.ndarray, share: np.ndarray | float, seats: float) -> np.ndarray:
+    """The decode batch a decoding trajectory finds itself in: itself plus the others of
+    its `live` that decode at that moment (each for `share` of its time). The batch a
+    worker runs on average, `live * share`, counts the moments nobody decodes; a member
+    of the batch always sees at least itself (the inspection paradox of a closed
+    population)."""
+    return np.clip(1.0 + np.maximum(live - 1.0, 0.0) * share, 1.0, seats)
+
+
 def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
-    """Colocated makespan for worker counts `n` (paper §4.3.1: PD serialised per GPU)."""
+    """Colocated makespan for worker counts `n`, round by round over the trajectories'
+    turns (paper §4.3.1: PD serialised per GPU; see module docstring)."""
     n = np.asarray(n, dtype=float)
-    t_pf, own_prefill, hit = _prefill(w, n, w.hit_coeff_colocated)
+    t_pf, hit = _prefill(w, n, w.hit_coeff_colocated)
     prefill = w.batch * w.turns * t_pf / n
-    b, t_step, decode = _decode(w, n)
+    b_mean, _, decode = _decode(w, n)
     busy = prefill + decode
-    env = w.tail_env_s
-    # Trajectories stay on their worker (prefix affinity): the tail's worker serves the
-    # tail's turns and its other trajectories' through its KV seats.
-    others = np.maximum(w.batch / n - 1.0, 0.0) * w.turns
-
-    def paths(t_token: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        own_decode = w.tail_decode_tokens * t_token
-        seat_s = t_pf + w.n_d * t_token  # a turn holds its KV from admission to its last token
-        crit = np.maximum(own_prefill + own_decode + env, _seat_path(w, n, seat_s))
-        tput = np.maximum(busy, (others + w.tail_turns) * seat_s / w.seats)
-        return np.maximum(tput, crit), tput, crit, own_decode
-
-    # Chunked prefill rides in the decodes' iterations: a decode token costs a mean
-    # iteration, the decode step stretched by the prefill time that lands in decoding
-    # iterations. A worker decodes for `decode` of the batch's `makespan` seconds; prefill
-    # chunks come whether or not it decodes, so that share of the worker's `prefill` time
-    # rides in its `decode / t_step` iterations: the stretch is prefill per elapsed second,
-    # `t_step * (1 + prefill / max(decode, makespan))` (a fixed point: the stretch sets the
-    # makespan), and prefill per decode second where the decodes fill the batch's time.
-    t_token = t_step * (1.0 + prefill / np.maximum(decode, 1e-9))
-    makespan, tput, crit, own_decode = paths(t_token)
+    # candidates x rounds: the live trajectories per worker, their decode batch and step
+    live = w.alive[None, :] / n[:, None]
+    b = np.clip(live * (1.0 - w.wait), 1.0, w.seats)
+    step = _step_s(w, b)
+    seen = _step_s(w, _seen_batch(live, 1.0 - w.wait, w.seats))
+    pf = t_pf[:, None]
+    cycle = pf + w.n_d * seen + w.env_turn_s
     for _ in range(_MAX_ITERATIONS):
-        t_token = t_step * (1.0 + prefill / np.maximum(np.maximum(decode, makespan), 1e-9))
-        previous = makespan
-        makespan, tput, crit, own_decode = paths(t_token)
-        if np.max(np.abs(makespan - previous) / previous) < _TOLERANCE:
+        token, own, seat_s = _colocated_round(w, live, seen, pf, cycle)
+        work = live * (pf + w.n_d * step / b)  # the worker's busy time per round
+        nxt = np.maximum(np.maximum(own, work), live * seat_s / w.seats)
+        done = np.max(np.abs(nxt - cycle) / cycle) < _TOLERANCE
+        cycle = nxt
+        if done:
             break
+    token, own, seat_s = _colocated_round(w, live, seen, pf, cycle)
+    crit, parts = longest_path(
+        w.paths,
+        _own_prefill(w, hit),
+        0.0,
+        cycle,
+        {"decode": token, "wait": cycle - own, "interference": token - seen},
+    )
+    # Trajectories stay on their worker (prefix affinity): its KV seats serve the tail's
+    # turns and its other trajectories'.
+    others = np.maximum(w.batch / n - 1.0, 0.0) * w.turns
+    mean_seat = (seat_s * live).sum(axis=1) / live.sum(axis=1)
+    tput = np.maximum(busy, (others + parts["turns"]) * mean_seat / w.seats)
     return {
-        "makespan_s": makespan,
+        "makespan_s": np.maximum(tput, crit),
         "throughput_bound_s": tput,
         "critical_path_s": crit,
         "prefill_s": prefill,
         "decode_s": decode,
-        "interference_s": w.tail_decode_tokens * (t_token - t_step),
-        "kv_wait_s": crit - own_prefill - own_decode - env,
-        "env_s": np.full_like(n, env),
-        "tail_turns": np.full_like(n, w.tail_turns),
+        "interference_s": parts["interference"],
+        "kv_wait_s": parts["wait"],
+        "env_s": parts["env"],
+        "tail_turns": parts["turns"],
         "prefix_hit_share": hit,
-        "decode_batch": b,
-        "decode_step_s": t_step,
+        "decode_batch": b_mean,
+        "decode_step_s": (step * live).sum(axis=1) / live.sum(axis=1),
     }
 
 
+def _colocated_round(
+    w: BatchWorkload,
+    live: np.ndarray,
+    step: np.ndarray,
+    pf: np.ndarray,
+    cycle: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A colocated round whose turns cycle in `cycle` seconds and decode in iterations of
+    `step` seconds (`_seen_batch`): the seconds per decode token of a trajectory, a mean
+    turn's own work and how long it holds its KV seat.
+
+    Chunked prefill rides in the decodes' iterations, but a trajectory's own prefill
+    never interrupts its own decode (it comes before it): while it decodes, the other
+    `live - 1` trajectories of its worker prefill `rho = (live - 1) * t_pf / cycle`
+    seconds per second, and each of its iterations is stretched by them: a token costs
+    `step / (1 - rho)` (time spent on their prefill during its decode is `rho` of that
+    time)."""
+    rho = np.maximum(live - 1.0, 0.0) * pf / cycle
+    token = step / np.maximum(1.0 - rho, _MIN_SHARE)
+    seat_s = pf + w.n_d * token  # a turn holds its KV from admission to its last token
+    return token, seat_s + w.env_turn_s, seat_s
+
+
+_MIN_SHARE = 0.05  # a worker saturated by others' prefill still decodes a little per second
 _MAX_ITERATIONS = 100  # the rounds' fixed points converge in a few dozen at most
-_TOLERANCE = 1e-10  # relative change of the decode batch that ends a fixed-point iteration
+_TOLERANCE = 1e-10  # relative change that ends a fixed-point iteration
 
 
 def disaggregated_arrays(w: BatchWorkload, p: np.ndarray, d: np.ndarray) -> dict[str, np.ndarray]:
     """Disaggregated makespan for prefill counts `p` and decode counts `d` (same shape),
-    round by round over the tail's turns (see module docstring)."""
+    round by round over the trajectories' turns (see module docstring)."""
     p = np.asarray(p, dtype=float)
     d = np.asarray(d, dtype=float)
-    t_pf, own_prefill, hit = _prefill(w, p, w.hit_coeff_disaggregated)
+    t_pf, hit = _prefill(w, p, w.hit_coeff_disaggregated)
     prefill = w.batch * w.turns * t_pf / p
     kv_link = w.batch * w.turns * w.t_kv / p
     prefill_path = np.maximum(prefill, kv_link)
@@ -215,37 +255,37 @@ def disaggregated_arrays(w: BatchWorkload, p: np.ndarray, d: np.ndarray) -> dict
     serve = np.maximum(t_pf, w.t_kv)[:, None]  # a turn's service at its prefill worker
     load = n * serve / p[:, None]  # prefill-stage work per worker per round
     dd = d[:, None]
-    b = np.clip(n / dd, 1.0, w.seats)  # from above: decreases to the largest fixed point
+    live = n / dd  # trajectories per decode worker
+    seen = np.clip(live, 1.0, w.seats)  # from above: decreases to the largest fixed point
     for _ in range(_MAX_ITERATIONS):
-        step, cycle, _ = _disaggregated_round(w, b, n, dd, t_pf[:, None], serve, load)
-        b_next = np.clip(n / dd * (w.n_d * step) / cycle, 1.0, w.seats)
-        done = np.max(np.abs(b_next - b) / b) < _TOLERANCE
-        b = b_next
+        step, cycle, _ = _disaggregated_round(w, seen, n, dd, t_pf[:, None], serve, load)
+        nxt = _seen_batch(live, w.n_d * step / cycle, w.seats)
+        done = np.max(np.abs(nxt - seen) / seen) < _TOLERANCE
+        seen = nxt
         if done:
             break
-    step, cycle, own = _disaggregated_round(w, b, n, dd, t_pf[:, None], serve, load)
-    wait = cycle - own
-    own_prefill_per_turn = (own_prefill / w.tail_turns)[:, None]
-    tail_own = own_prefill_per_turn + w.t_kv + w.tail_decode_per_turn * step + w.tail_env_per_turn_s
-    rw = w.round_weight[None, :]
-    crit = ((tail_own + wait) * rw).sum(axis=1)
-    own_decode = (w.tail_decode_per_turn * step * rw).sum(axis=1)
-    decode = (n * w.n_d * step / b).sum(axis=1) / d
+    step, cycle, own = _disaggregated_round(w, seen, n, dd, t_pf[:, None], serve, load)
+    # the worker's mean batch (its busy time), as against the batch its members see
+    b = np.clip(live * w.n_d * step / cycle, 1.0, w.seats)
+    crit, parts = longest_path(
+        w.paths, _own_prefill(w, hit), w.t_kv, cycle, {"decode": step, "wait": cycle - own}
+    )
+    decode = (n * w.n_d * _step_s(w, b) / b).sum(axis=1) / d
     tput = np.maximum(prefill_path, decode)
-    rounds = rw.sum()
+    rounds = n.sum(axis=1)
     return {
         "makespan_s": np.maximum(tput, crit),
         "throughput_bound_s": tput,
         "critical_path_s": crit,
         "prefill_path_s": prefill_path,
-        "decode_path_s": np.maximum(decode, own_decode),
-        "kv_transfer_s": np.full_like(p, w.tail_turns * w.t_kv),
-        "queueing_s": (wait * rw).sum(axis=1),
-        "env_s": np.full_like(p, w.tail_env_s),
-        "tail_turns": np.full_like(p, w.tail_turns),
+        "decode_path_s": np.maximum(decode, parts["decode"]),
+        "kv_transfer_s": parts["turns"] * w.t_kv,
+        "queueing_s": parts["wait"],
+        "env_s": parts["env"],
+        "tail_turns": parts["turns"],
         "prefix_hit_share": hit,
-        "decode_batch": (b * rw).sum(axis=1) / rounds,
-        "decode_step_s": (step * rw).sum(axis=1) / rounds,
+        "decode_batch": (b * n).sum(axis=1) / rounds,
+        "decode_step_s": (step * n).sum(axis=1) / rounds,
     }
 
 
@@ -258,20 +298,26 @@ def _disaggregated_round(
     serve: np.ndarray,
     load: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A disaggregated round at decode batch `b`: the decode step, a mean trajectory's turn
-    cycle (its own work, plus the prefill queue's wait at utilisation `load / cycle`, or
-    the decode seats' response-time law `n * s / (d * S)` if longer) and its own work."""
+    """A disaggregated round whose members decode in batches of `b` (`_seen_batch`): the
+    decode step, a mean trajectory's turn
+    cycle (its own work, plus the prefill queue's wait at utilisation `load / cycle`, the
+    service as irregular as the tokens turns prefill, or the decode seats' response-time
+    law `n * s / (d * S)` if longer) and its own work."""
     step = _step_s(w, b)
     dec = w.n_d * step
     own = t_pf + w.t_kv + dec + w.env_turn_s
-    cycle = np.maximum(_queued_cycle(own, load, serve), n * dec / (d * w.seats))
+    cycle = np.maximum(
+        _queued_cycle(own, load, serve * (1.0 + w.serve_cv2) / 2.0), n * dec / (d * w.seats)
+    )
     return step, cycle, own
 
 
 def _queued_cycle(own: np.ndarray, load: np.ndarray, serve: np.ndarray) -> np.ndarray:
-    """A turn's cycle `x` when its own work `own` waits in a queue of service time `serve`
-    at utilisation `load / x` (M/M/1: `x = own + serve * u / (1 - u)`): the larger root of
-    `(x - own)(x - load) = serve * load`, which exceeds both `own` and `load`."""
+    """A turn's cycle `x` when its own work `own` waits in a queue at utilisation
+    `load / x` whose mean wait is `serve * u / (1 - u)` (`serve`: the mean residual work
+    a turn finds ahead of it; M/G/1, Pollaczek-Khinchine: the mean service time times
+    `(1 + cv^2) / 2`): the larger root of `(x - own)(x - load) = serve * load`, which
+    exceeds both `own` and `load`."""
     gap = own - load
     return (own + load + np.sqrt(gap * gap + 4.0 * serve * load)) / 2.0
 

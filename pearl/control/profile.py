@@ -209,7 +209,9 @@ class WorkloadProfile:
     trajectory that finished last in a step (its turns, and its totals of new prefill
     tokens, decode tokens and environment seconds): the critical path of a batch;
     `env_wait_fraction` is the share of a trajectory's lifetime spent waiting on its
-    environment (it reduces decode concurrency, paper §4.3.1).
+    environment (it reduces decode concurrency, paper §4.3.1); `prefill_tokens_cv2` the
+    squared coefficient of variation of the tokens a turn prefills (how irregular a
+    prefill worker's service is: 1 for exponential, 0 for constant).
     `new_prefill_tokens_per_turn` counts tokens new to the trajectory (context growth), and
     `cached_prefix_tokens_per_turn` the reusable rest of the context, whether or not a
     cache served it in the telemetry; `cache_hit_coeff_*` (c in `h = depth*(1 - exp(-c*r^2))`,
@@ -218,6 +220,11 @@ class WorkloadProfile:
     its history each turn keeps only the part before the first change reusable).
     `kv_capacity_tokens` is a worker's KV pool as its engine reported it (telemetry), 0 when
     no engine said: then `kv_capacity()` falls back to the hardware prior's estimate.
+    `trajectory_sample` holds the totals of recently finished trajectories (newest last, at
+    most `TRAJECTORY_SAMPLE_SIZE`), each `(turns, new prefill tokens, reusable prefix
+    tokens, decode tokens, environment seconds)`: the engine takes a batch's critical path
+    as the longest of B draws from it (`pearl.control.longest`); without it, from the
+    `tail_*` fields.
     """
 
     hardware: HardwarePrior
@@ -235,6 +242,7 @@ class WorkloadProfile:
     env_s_per_turn_mean: float = 5.0
     env_s_per_turn_p90: float = 15.0
     env_wait_fraction: float = 0.3
+    prefill_tokens_cv2: float = 1.0
     tail_turns: float = 50.0
     tail_new_prefill_tokens: float = 300000.0
     tail_decode_tokens: float = 15000.0
@@ -248,6 +256,7 @@ class WorkloadProfile:
     num_turns: int = 0
     step_fit: FitQuality = FitQuality()
     kv_fit: FitQuality = FitQuality()
+    trajectory_sample: tuple[tuple[float, float, float, float, float], ...] = ()
 
     @classmethod
     def prior(cls, hardware: HardwarePrior, **workload: float) -> WorkloadProfile:
@@ -276,6 +285,7 @@ class WorkloadProfile:
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
+        doc["trajectory_sample"] = [list(r) for r in self.trajectory_sample]
         doc["prefix_hit_rate"] = self.prefix_hit_rate  # derived, ignored on load
         return doc
 
@@ -295,13 +305,17 @@ class WorkloadProfile:
         optional = {
             "prefix_hit_depth",
             "kv_capacity_tokens",
+            "trajectory_sample",
+            "prefill_tokens_cv2",
         }
         for f in fields(cls):
             if f.name not in doc and f.name in optional:
                 continue
             if f.name not in doc:
                 raise ProfileError(source, "missing", field=f.name)
-            if f.name in sub:
+            if f.name == "trajectory_sample":
+                kwargs[f.name] = _sample(doc[f.name], source, f.name)
+            elif f.name in sub:
                 kwargs[f.name] = _build(sub[f.name], doc[f.name], source, f.name)
             else:
                 kwargs[f.name] = _number(doc[f.name], source, f.name, integer=f.type == "int")
@@ -314,6 +328,34 @@ class WorkloadProfile:
         if kwargs["env_wait_fraction"] >= 1.0:
             raise ProfileError(source, "must be < 1", field="env_wait_fraction")
         return cls(**kwargs)
+
+
+TRAJECTORY_SAMPLE_SIZE = 512  # finished trajectories the profile keeps (8 batches of 64)
+
+
+def _sample(doc: Any, source: str, path: str) -> tuple[tuple[float, ...], ...]:
+    """A trajectory sample: a list of [turns >= 1, new, reusable, decode tokens, env s]."""
+    if not isinstance(doc, list):
+        raise ProfileError(source, "expected a list", field=path)
+    if len(doc) > TRAJECTORY_SAMPLE_SIZE:
+        raise ProfileError(
+            source, f"at most {TRAJECTORY_SAMPLE_SIZE} trajectories, got {len(doc)}", field=path
+        )
+    out = []
+    for i, row in enumerate(doc):
+        where = f"{path}[{i}]"
+        if not isinstance(row, list) or len(row) != 5:
+            raise ProfileError(
+                source,
+                "expected [turns, new prefill tokens, reusable prefix tokens, decode tokens, "
+                "environment seconds]",
+                field=where,
+            )
+        vals = tuple(_number(v, source, where) for v in row)
+        if vals[0] < 1:
+            raise ProfileError(source, f"turns must be >= 1, got {vals[0]!r}", field=where)
+        out.append(vals)
+    return tuple(out)
 
 
 def _number(v: Any, source: str, path: str, *, integer: bool = False) -> Any:

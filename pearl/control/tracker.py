@@ -30,7 +30,13 @@ from dataclasses import replace
 import numpy as np
 
 from pearl.control.fit import fit_with_prior
-from pearl.control.profile import FitQuality, HardwarePrior, PerfParams, WorkloadProfile
+from pearl.control.profile import (
+    TRAJECTORY_SAMPLE_SIZE,
+    FitQuality,
+    HardwarePrior,
+    PerfParams,
+    WorkloadProfile,
+)
 from pearl.control.telemetry import TurnRecord, WorkerStepRecord
 
 _MAX_ROWS = 50_000  # per step; a deterministic stride keeps larger steps cheap to fit
@@ -86,9 +92,11 @@ class RuntimeTracker:
         perf = _blend(
             replace(perf, kv_latency_s=kv[0], kv_s_per_byte=kv[1]), base, kv_a, _KV_FIELDS
         )
+        sample = (old.trajectory_sample + trajectory_totals(turns))[-TRAJECTORY_SAMPLE_SIZE:]
         profile = replace(
             old,
             perf=perf,
+            trajectory_sample=sample,
             num_steps=old.num_steps + 1,
             num_turns=old.num_turns + len(turns),
             step_fit=_blend_quality(step_q, old.step_fit, a),
@@ -225,6 +233,9 @@ def workload_stats(
         "traj_context_tokens_mean": float(final_ctx.mean()),
         "env_wait_fraction": min(0.99, env_total / span) if span > 0 else 0.0,
     }
+    prefilled = np.array([t.new_prefill_tokens for t in turns], dtype=float)
+    if prefilled.mean() > 0:
+        stats["prefill_tokens_cv2"] = float(prefilled.var() / prefilled.mean() ** 2)
     # The tail: the trajectory that finished last (ties: the smaller id, deterministic).
     tail = max(by_traj.items(), key=lambda kv: (max(r.t_end_s for r in kv[1]), _neg(kv[0])))[1]
     stats["tail_turns"] = float(max(r.turn for r in tail) - min(r.turn for r in tail) + 1)
@@ -245,6 +256,35 @@ def workload_stats(
         stats["env_s_per_turn_mean"] = float(env.mean())
         stats["env_s_per_turn_p90"] = float(np.percentile(env, 90))
     return stats
+
+
+def trajectory_totals(
+    turns: Sequence[TurnRecord],
+) -> tuple[tuple[float, float, float, float, float], ...]:
+    """`(turns, new prefill tokens, reusable prefix tokens, decode tokens, environment
+    seconds)` of each trajectory that finished in this step's telemetry (its last turn has
+    no environment step), in the order of their ids; new and reusable tokens as in
+    `workload_stats`."""
+    by_traj: dict[str, list[TurnRecord]] = {}
+    for t in turns:
+        by_traj.setdefault(t.traj_id, []).append(t)
+    out = []
+    for tid in sorted(by_traj):
+        rs = by_traj[tid]
+        if not any(r.env_s is None for r in rs):
+            continue
+        own = _own_tokens(rs)
+        new = float(sum(n for _, n in own))
+        out.append(
+            (
+                float(len({r.turn for r in rs})),
+                new,
+                float(sum(r.context_tokens for r in rs)) - new,
+                float(sum(r.decode_tokens for r in rs)),
+                float(sum(r.env_s or 0.0 for r in rs)),
+            )
+        )
+    return tuple(out)
 
 
 def _own_tokens(rs: Sequence[TurnRecord]) -> list[tuple[TurnRecord, int]]:

@@ -69,41 +69,52 @@ def _queued(own: float, load: float, serve: float) -> float:
 
 
 def test_colocated_hand_computed():
-    """Colocated, 2 workers: throughput bound 24.4 s beats the stretched critical path."""
+    """Colocated, 2 workers, all 8 trajectories running 10 turns: every round is the same.
+    A worker's 4 live trajectories need 4 * (0.11 s prefill + 100 tokens * 0.01 s / 2 per
+    step) = 2.44 s of it per round, more than a turn's own cycle, so a round takes 2.44 s
+    and the tail waits the difference; its decode tokens are stretched by the other three
+    trajectories' prefill (3 * 0.11 s per 2.44 s round), never by its own."""
     pred = predict(PDConfig.colocated(2), simple_profile(), batch=8)
     b = pred.breakdown
-    # per worker: prefill 8*10*0.11/2 = 4.4 s; decode batch 8/2*(1-0.5)*(10/10 turns) = 2,
+    # per worker: prefill 8*10*0.11/2 = 4.4 s; decode batch 8/2*(1-0.5) = 2,
     # decode busy 8*10*100/2 tokens / 2 per step * 0.01 s = 20 s
     assert b["prefill_s"] == pytest.approx(4.4)
     assert b["decode_batch"] == pytest.approx(2.0)
     assert b["decode_s"] == pytest.approx(20.0)
     assert b["throughput_bound_s"] == pytest.approx(24.4)
-    # critical path of the tail: own prefill 10*0.01 + 1e-4*10000 = 1.1, env 10, and its
-    # 1000 decode tokens at a mean iteration. The worker decodes 20 s of the batch's
-    # 24.4 s, so its 4.4 s of prefill spread over the 24.4 s: 0.01 s * (1 + 4.4/24.4)
-    assert b["interference_s"] == pytest.approx(1000 * 0.01 * 4.4 / 24.4)
-    assert b["critical_path_s"] == pytest.approx(1.1 + 10.0 + 10.0 * (1 + 4.4 / 24.4))
-    assert b["kv_wait_s"] == pytest.approx(0.0)  # 1 TB of KV: seats never bind
-    assert pred.makespan_s == pytest.approx(24.4)
+    cycle = 4 * (0.11 + 100 * 0.01 / 2)
+    token = 0.01 / (1 - 3 * 0.11 / cycle)
+    own = 0.11 + 100 * token + 0.9  # environment on 9 of 10 turns
+    assert own < cycle
+    assert b["interference_s"] == pytest.approx(1000 * (token - 0.01))
+    assert b["kv_wait_s"] == pytest.approx(10 * (cycle - own))
+    # the tail: own prefill 10*0.01 + 1e-4*10000 = 1.1 s, 1000 tokens, 10 s of environment
+    crit = 1.1 + 1000 * token + 10.0 + 10 * (cycle - own)
+    assert b["critical_path_s"] == pytest.approx(crit)
+    assert pred.makespan_s == pytest.approx(max(crit, 24.4))
     assert pred.feasible and pred.reason == ""
 
 
 def test_colocated_kv_seats_bind():
     """A KV pool of 3,300 tokens holds (3300 - K_seq 1100) / 1050 = 2.1 sequences: the
-    worker's 8 trajectories (batch 16 on 2 workers) queue for seats. Its load is the tail's
-    10 turns plus 7 others' 70, each holding a seat for its prefill and its decode."""
+    worker's 8 trajectories (batch 16 on 2 workers) queue for seats, so a round lasts as
+    long as 8 turns take through 2.1 seats (the response-time law), each holding its seat
+    for its prefill and its decode. The throughput bound is the tail's worker's 80 turns
+    through the seats."""
     hw = HardwarePrior(1e9, 1.0, 1.0, 1.0, 1.0, 1.0, 1e9 + 3300.0, usable_memory_fraction=1.0)
     pred = predict(PDConfig.colocated(2), simple_profile(hardware=hw, batch_size=16), 16)
     b = pred.breakdown
     seats = (3300 - 1100) / 1050
     assert b["decode_batch"] == pytest.approx(seats)
-    # prefill per elapsed second: the batch's makespan exceeds the worker's decode time
-    stretch = 1 + b["prefill_s"] / max(b["decode_s"], pred.makespan_s)
-    seat_s = 0.11 + 100 * 0.01 * stretch
+    cycle = 10.0
+    for _ in range(200):
+        token = 0.01 / (1 - 7 * 0.11 / cycle)
+        seat_s = 0.11 + 100 * token
+        cycle = max(seat_s + 0.9, 8 * (0.11 + 1.0 / seats), 8 * seat_s / seats)
+    assert cycle == pytest.approx(8 * seat_s / seats)  # the seats bind
     assert b["throughput_bound_s"] == pytest.approx(80 * seat_s / seats)
-    assert pred.makespan_s == pytest.approx(80 * seat_s / seats)
-    # the tail cycles through the seats with its worker's 8 live trajectories
-    assert b["critical_path_s"] == pytest.approx(10 * 8 * seat_s / seats)
+    assert b["kv_wait_s"] == pytest.approx(10 * (cycle - seat_s - 0.9))
+    assert b["critical_path_s"] == pytest.approx(1.1 + 1000 * token + 10 + b["kv_wait_s"])
     assert b["kv_wait_s"] > 0
 
 
@@ -134,14 +145,30 @@ def test_disaggregated_hand_computed():
 
 def test_disaggregated_prefill_queue_tracks_the_live_trajectories():
     """A tail of 20 turns against a mean of 10: after round 10 only the tail is left, so
-    it waits for no one's prefill and its decode runs alone (batch 1)."""
+    it waits for no one's prefill and its decode runs alone (batch 1). It is slower than
+    the mean pace (1 s of environment a turn against 0.9), so its k-th turn meets round
+    k*r, r its path over the pace's for 20 turns: it sums the rounds' waits as
+    (1/r) * W(20 r)."""
     p = simple_profile(tail_turns=20, tail_new_prefill_tokens=20_000, tail_decode_tokens=2000,
                        tail_env_s=20.0)  # fmt: skip
     full = predict(PDConfig.disaggregated(1, 1), simple_profile(), 8).breakdown
     long = predict(PDConfig.disaggregated(1, 1), p, 8).breakdown
     own = 0.11 + 0.1 + 1.0 + 0.9
-    alone = 10 * (_queued(own, 0.11, 0.11) - own)  # the tail alone: utilisation 0.11/cycle
-    assert long["queueing_s"] == pytest.approx(full["queueing_s"] + alone)
+    busy = full["queueing_s"] / 10  # a round's wait while all 8 run
+    alone = _queued(own, 0.11, 0.11) - own  # the tail alone: utilisation 0.11/cycle
+    assert alone < busy
+
+    def waits(x: float) -> float:  # W: the rounds' waits summed over the first x rounds
+        return busy * min(x, 10) + alone * max(x - 10, 0)
+
+    fixed = 20 * (0.11 + 0.1) + 2000 * 0.01 + 20.0
+    pace = 10 * (own + busy) + 10 * (own + alone)
+    r = 1.0
+    for _ in range(200):
+        r = 0.5 * (r + (fixed + waits(20 * r) / r) / pace)
+    # the engine stops after a few damped iterations: within 0.5% of the fixed point
+    assert long["queueing_s"] == pytest.approx(waits(20 * r) / r, rel=5e-3)
+    assert full["queueing_s"] < long["queueing_s"] < full["queueing_s"] + 10 * alone
     assert long["decode_batch"] < full["decode_batch"]
 
 
@@ -305,3 +332,31 @@ def test_moe_prior_from_specs_moves_expert_reads_to_sequences():
     assert pm.step_overhead_s == pytest.approx((60e9 - experts) / bw + 2e-3)
     assert pm.decode_s_per_seq - pd.decode_s_per_seq == pytest.approx(experts / 16 / bw)
     assert pd.step_overhead_s == pytest.approx(60e9 / bw + 2e-3)
+
+
+def test_the_longest_sampled_trajectory_depends_on_the_configuration():
+    """A sample of two kinds of trajectory, 10 turns each: one generates 3,000 tokens and
+    waits 10 s on its environment, the other 500 tokens and 40 s. Where a token costs
+    0.02 s the first is the critical path; where it costs 0.001 s, the second."""
+    sample = ((10, 1000, 0, 3000, 10.0), (10, 1000, 0, 500, 40.0))
+    for step, heavier in ((0.02, "decode"), (0.001, "env")):
+        perf = PerfParams(step, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        p = simple_profile(perf=perf, trajectory_sample=sample, env_wait_fraction=0.0)
+        b = predict(PDConfig.disaggregated(8, 8), p, 10_000).breakdown  # B draws hold both
+        if heavier == "decode":
+            assert b["env_s"] == pytest.approx(10.0)
+        else:
+            assert b["env_s"] == pytest.approx(40.0)
+
+
+def test_a_larger_batch_draws_a_longer_critical_path():
+    """With a sample, a batch's critical path is the longest of B draws from it: it grows
+    with B (no scaling rule) and nears the sample's longest."""
+    sample = tuple((10, 1000, 0, 100 * k, 10.0) for k in range(1, 21))
+    p = simple_profile(trajectory_sample=sample)
+    crit = [predict(PDConfig.colocated(4), p, b).breakdown["critical_path_s"] for b in (1, 8, 64)]
+    assert crit[0] < crit[1] < crit[2]
+    # 64 draws from 20 miss the longest with probability (19/20)^64 = 4%
+    only_longest = simple_profile(trajectory_sample=sample[-1:])
+    limit = predict(PDConfig.colocated(4), only_longest, 64).breakdown["critical_path_s"]
+    assert limit * 0.96 < crit[2] <= limit

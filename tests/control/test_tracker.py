@@ -8,10 +8,15 @@ import numpy as np
 import pytest
 
 from pearl.control.fit import fit_with_prior
-from pearl.control.profile import HardwarePrior, WorkloadProfile
+from pearl.control.profile import (
+    TRAJECTORY_SAMPLE_SIZE,
+    HardwarePrior,
+    ProfileError,
+    WorkloadProfile,
+)
 from pearl.control.telemetry import TurnRecord, WorkerStepRecord
 from pearl.control.telemetry_jsonl import read_jsonl
-from pearl.control.tracker import RuntimeTracker, workload_stats
+from pearl.control.tracker import RuntimeTracker, trajectory_totals, workload_stats
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "telemetry.jsonl"
 HW = HardwarePrior(
@@ -306,3 +311,55 @@ def test_engine_reported_kv_capacity_becomes_h_max():
     assert prof.to_json()["kv_capacity_tokens"] == 50_000
     pred = predict(PDConfig.colocated(1), prof, 8)
     assert pred.feasible or "KV" in pred.reason
+
+
+def test_trajectory_totals_of_finished_trajectories():
+    """One sample per finished trajectory: turns, new tokens (context growth), the
+    reusable rest of its contexts, decode tokens and environment seconds; a trajectory
+    still running at the step's end is left out."""
+    a = [mk_turn("a", 0, 0.0, env=2.0), mk_turn("a", 1, 3.2, env=2.0),
+         mk_turn("a", 2, 6.4, env=None)]  # fmt: skip
+    b = [mk_turn("b", 0, 0.0, env=4.0, new=500), mk_turn("b", 1, 5.2, env=None, new=500)]
+    running = [mk_turn("c", 0, 0.0, env=1.0)]
+    got = trajectory_totals(a + b + running)
+    assert got == ((3.0, 100.0, 2900.0, 150.0, 4.0), (2.0, 500.0, 2300.0, 100.0, 4.0))
+
+
+def test_profile_keeps_the_newest_trajectories():
+    """The sample is a window: the newest finished trajectories, at most
+    TRAJECTORY_SAMPLE_SIZE, survive a JSON round trip."""
+    tracker = RuntimeTracker(HW)
+    per_step = 200
+    for step in range(4):
+        turns = [t for i in range(per_step) for t in growing_traj(f"s{step}-{i}", 3, step=step)]
+        tracker.observe_step(turns, [])
+    prof = tracker.profile
+    assert len(prof.trajectory_sample) == TRAJECTORY_SAMPLE_SIZE < 4 * per_step
+    assert WorkloadProfile.from_json(prof.to_json()) == prof
+    assert prof.prefill_tokens_cv2 >= 0
+
+
+@pytest.mark.parametrize(
+    ("sample", "field", "says"),
+    [
+        ([[1, 2, 3, 4]], "trajectory_sample[0]", "expected [turns"),
+        ([[0, 1, 1, 1, 1]], "trajectory_sample[0]", "turns must be >= 1"),
+        ([[3, 1, 1, 1, -1]], "trajectory_sample[0]", ">= 0"),
+        ("x", "trajectory_sample", "expected a list"),
+    ],
+)
+def test_bad_trajectory_sample_names_the_field(sample, field, says):
+    doc = WorkloadProfile.prior(HW).to_json()
+    doc["trajectory_sample"] = sample
+    with pytest.raises(ProfileError) as e:
+        WorkloadProfile.from_json(doc, "p.json")
+    assert field in str(e.value) and says in str(e.value) and "p.json" in str(e.value)
+
+
+def test_profiles_without_a_sample_still_load():
+    """Profiles written before the sample existed load with none (the engine then follows
+    the observed tail) and M/M/1 prefill queues (cv^2 = 1)."""
+    doc = WorkloadProfile.prior(HW).to_json()
+    del doc["trajectory_sample"], doc["prefill_tokens_cv2"]
+    prof = WorkloadProfile.from_json(doc)
+    assert prof.trajectory_sample == () and prof.prefill_tokens_cv2 == 1.0
