@@ -1,11 +1,13 @@
 """The batch a makespan prediction is about, as plain numbers (`pearl.control.makespan`).
 
-From a `WorkloadProfile` and a batch size: the per-turn means, the tail trajectory scaled
-to the batch (the tail was observed in batches of the profile's size B_obs; for a batch of
-B its excess over the mean trajectory is scaled by `sqrt(ln B / ln B_obs)`, as the longest
-of B draws grows like `sqrt(2 ln B)`), the trajectories still running in each of the
-tail's rounds, a worker's KV seats, and the fitted costs scaled to the worker size.
-Computed once per prediction call; every candidate split is scored on the same numbers.
+From a `WorkloadProfile` and a batch size: the per-turn means, the trajectories whose
+longest is the critical path (`paths`: the profile's sample of finished trajectories, B
+draws of which the engine takes the longest; without a sample, the observed tail alone,
+scaled to the batch: it was observed in batches of the profile's size B_obs, and for a
+batch of B its excess over the mean trajectory is scaled by `sqrt(ln B / ln B_obs)`, as
+the longest of B draws grows like `sqrt(2 ln B)`), the trajectories still running in each
+round, a worker's KV seats, and the fitted costs scaled to the worker size. Computed once
+per prediction call; every candidate split is scored on the same numbers.
 """
 
 from __future__ import annotations

@@ -8,9 +8,12 @@ statistics and fits, then blends them into the profile with an exponential movin
   trajectory (mean, p90, max; from trajectories that finished in the step when there are
   any), new / cached / decoded tokens per turn, context per turn (mean, p90), final
   trajectory context, environment time per turn (mean, p90), the share of a
-  trajectory's lifetime spent waiting on its environment, and the tail trajectory (the
-  one that finished last: its turns and totals of new prefill tokens, decode tokens and
-  environment seconds), which sets the batch's critical path;
+  trajectory's lifetime spent waiting on its environment, the spread of the tokens turns
+  prefill, and the tail trajectory (the one that finished last: its turns and totals of
+  new prefill tokens, decode tokens and environment seconds);
+* the sample of finished trajectories (`trajectory_totals`): a window of the newest
+  `TRAJECTORY_SAMPLE_SIZE`, not an average; the engine takes the critical path as the
+  longest of B draws from it (`pearl.control.longest`);
 * performance parameters: the iteration cost `a + b_p*prefill + b_d*decode + c_ctx*context`
   fitted on `WorkerStepRecord`s, and KV transfer `latency + s_per_byte*bytes` on turns that
   moved KV. Fits are relative ridge regressions around the `HardwarePrior` roofline
