@@ -78,6 +78,8 @@ def _table(doc: dict[str, Any]) -> Table:
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
+    if isinstance(v, list):  # the trajectory sample: its size, the rows are in --json
+        return f"{len(v)} finished trajectories (--json lists them)"
     return str(v)
 
 

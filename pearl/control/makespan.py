@@ -173,27 +173,27 @@ def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
     live = w.alive[None, :] / n[:, None]
     b = np.clip(live * (1.0 - w.wait), 1.0, w.seats)
     step = _step_s(w, b)
-    seen = _step_s(w, _seen_batch(live, 1.0 - w.wait, w.seats))
+    seen_step = _step_s(w, _seen_batch(live, 1.0 - w.wait, w.seats))  # a member's step
     pf = t_pf[:, None]
-    cycle = pf + w.n_d * seen + w.env_turn_s
+    cycle = pf + w.n_d * seen_step + w.env_turn_s
     for _ in range(_MAX_ITERATIONS):
-        token, own, seat_s = _colocated_round(w, live, seen, pf, cycle)
+        token, own, seat_s = _colocated_round(w, live, seen_step, pf, cycle)
         work = live * (pf + w.n_d * step / b)  # the worker's busy time per round
         nxt = np.maximum(np.maximum(own, work), live * seat_s / w.seats)
         done = np.max(np.abs(nxt - cycle) / cycle) < _TOLERANCE
         cycle = nxt
         if done:
             break
-    token, own, seat_s = _colocated_round(w, live, seen, pf, cycle)
+    token, own, seat_s = _colocated_round(w, live, seen_step, pf, cycle)
     crit, parts = longest_path(
         w.paths,
         _own_prefill(w, hit),
         0.0,
         cycle,
-        {"decode": token, "wait": cycle - own, "interference": token - seen},
+        {"decode": token, "wait": cycle - own, "interference": token - seen_step},
     )
-    # Trajectories stay on their worker (prefix affinity): its KV seats serve the tail's
-    # turns and its other trajectories'.
+    # Trajectories stay on their worker (prefix affinity): its KV seats serve the longest
+    # trajectory's turns and its other trajectories'.
     others = np.maximum(w.batch / n - 1.0, 0.0) * w.turns
     mean_seat = (seat_s * live).sum(axis=1) / live.sum(axis=1)
     tput = np.maximum(busy, (others + parts["turns"]) * mean_seat / w.seats)

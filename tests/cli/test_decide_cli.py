@@ -89,6 +89,15 @@ def test_decide_table_and_tensor_parallel():
     assert doc["num_workers"] == 4 and len(doc["candidates"]) == 4
 
 
+def test_profile_table_summarises_the_trajectory_sample(fitted):
+    """The table names the sample's size; its rows are only in --json."""
+    res = runner.invoke(app, ["profile", "fit", str(TELEMETRY)])
+    assert res.exit_code == 0
+    n = len(fitted["trajectory_sample"])
+    assert n > 0 and f"{n} finished trajectories" in res.stdout
+    assert str(fitted["trajectory_sample"][0][1]) not in res.stdout
+
+
 def test_profile_missing_field(tmp_path):
     doc = json.loads(PROFILE.read_text())
     del doc["perf"]["decode_s_per_seq"]
