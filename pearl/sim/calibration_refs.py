@@ -232,6 +232,53 @@ def _vidur_row(num_tokens: int, what: str, known_miss: str = "") -> Reference:
     )
 
 
+# Vidur's decode-attention profile on A100s (an earlier profile than the H100 one above, the
+# only one of its attention profiles stored with its contents): Llama-2-70B at tensor
+# parallel 2, so per GPU 32 query and 4 KV heads of 128, FlashAttention 2 on a paged KV
+# cache (blocks of 16 tokens), median ms per layer of the decode attention kernel for a
+# batch of sequences of equal context. The kernel's fixed cost (its time at one sequence of
+# 32 tokens, 15 us) is taken off: the model keeps fixed costs in the iteration's, and the
+# rows check how fast the KV cache is read, the decode cost that grows with context.
+_VIDUR_A100_ATTENTION = (
+    "Vidur (Agrawal et al., MLSys 2024), operator profiles measured on A100s: "
+    "github.com/microsoft/vidur data/profiling/a100/attention.csv (commit e2d00e9, May "
+    "2024), Llama-2-70B at tp 2, FlashAttention 2, paged KV; median of the decode attention "
+    "kernel per layer less its fixed cost (0.015 ms at 1 sequence of 32 tokens)"
+)
+_VIDUR_ATTENTION_FLOOR_MS = 0.015
+_VIDUR_DECODE_ATTENTION_MS = {
+    (8, 4032): 0.057,
+    (64, 4032): 0.407,
+    (128, 4032): 0.667,
+    (32, 1024): 0.064,
+    (32, 2048): 0.108,
+    (32, 4032): 0.192,
+}
+
+
+@cache
+def _a100_llama2_70b() -> WorkerHardware:
+    return WorkerHardware(get_model("llama-2-70b"), get_gpu("a100-80g"), tp=2)
+
+
+def _decode_attention_row(batch: int, context: int, known_miss: str = "") -> Reference:
+    def model() -> float:
+        hw = _a100_llama2_70b()
+        t = hw.decode_attention_time_s(batch, batch * context)
+        return t / hw.model.num_hidden_layers * 1e3
+
+    return Reference(
+        key=f"decode_attention_a100_{batch}x{context}",
+        what=f"decode attention, {batch} sequences of {context:,} tokens: KV read per layer",
+        setting="Llama-2-70B bf16, 2 x A100 (tp 2), FlashAttention 2, paged KV",
+        source=_VIDUR_A100_ATTENTION,
+        measured=_VIDUR_DECODE_ATTENTION_MS[(batch, context)] - _VIDUR_ATTENTION_FLOOR_MS,
+        unit="ms",
+        model=model,
+        known_miss=known_miss,
+    )
+
+
 # Prefill attention: vLLM runs FlashAttention 3 on Hopper by default
 # (vllm/v1/attention/backends/fa_utils.py, get_flash_attn_version: version 3 on compute
 # capability 9.x). A chunk over a long prefix is mostly non-causal pairs (every query
@@ -292,6 +339,28 @@ REFERENCES: tuple[Reference, ...] = (
     ),
     _vidur_row(1024, "prefill chunk of 1,024 tokens: dense layers"),
     _vidur_row(4096, "prefill chunk of 4,096 tokens: dense layers (compute side)"),
+    _decode_attention_row(8, 4032),
+    _decode_attention_row(
+        64,
+        4032,
+        known_miss=(
+            "the kernel reads 64 sequences at 1.35 TB/s against 1.49 at 32 and 1.62 at 128 "
+            "(its split of the work across the GPU's cores), the model's single KV-read "
+            "rate is 19% optimistic there"
+        ),
+    ),
+    _decode_attention_row(128, 4032),
+    _decode_attention_row(
+        32,
+        1024,
+        known_miss=(
+            "short contexts leave the kernel little work per sequence (64 KV blocks), so it "
+            "reads the cache 18% slower than the model's rate; the agentic contexts the "
+            "world decodes are 3-32K tokens"
+        ),
+    ),
+    _decode_attention_row(32, 2048),
+    _decode_attention_row(32, 4032),
     Reference(
         key="prefill_attention_h100",
         what="prefill attention throughput over a long prefix",

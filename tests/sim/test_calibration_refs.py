@@ -49,14 +49,33 @@ def test_serving_loop_counts_every_token_and_batches_decodes() -> None:
     assert four.mean_tpot_s > one.mean_tpot_s
 
 
-def test_llama2_reference_spec_is_consistent() -> None:
-    """The Vidur rows' model: parameters and KV bytes follow from its config fields."""
-    m = get_model("llama-2-7b")
+@pytest.mark.parametrize("name", ["llama-2-7b", "llama-2-70b"])
+def test_llama2_reference_spec_is_consistent(name) -> None:
+    """The Vidur rows' models: parameters and KV bytes follow from their config fields."""
+    m = get_model(name)
     h, f, layers = m.hidden_size, m.intermediate_size, m.num_hidden_layers
     assert f is not None
-    per_layer = 4 * h * h + 3 * h * f + 2 * h  # MHA projections, gated MLP, two RMSNorms
+    kv = m.num_key_value_heads * m.head_dim
+    # Q and output projections, K and V (grouped for 70B), gated MLP, two RMSNorms
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
     non_embedding = layers * per_layer + h  # + the final norm
     assert m.params_non_embedding == non_embedding
     assert m.params_total == non_embedding + 2 * m.vocab_size * h  # untied embeddings
     assert m.weight_bytes_bf16 == 2 * m.params_total
     assert m.kv_bytes_per_token_bf16 == 2 * layers * m.num_key_value_heads * m.head_dim * 2
+
+
+def test_decode_attention_rows_grow_with_batch_and_context() -> None:
+    """The decode attention rows span the batch (8-128) and the context (1-4K tokens) of
+    Vidur's A100 profile; the model's KV read grows linearly in both, and away from the two
+    known misses it is within 15% either way."""
+    rows = {r.key: r for r in REFERENCES if r.key.startswith("decode_attention_a100_")}
+    assert len(rows) == 6
+    v = {k: r.evaluate() for k, r in rows.items()}
+    assert v["decode_attention_a100_128x4032"].value == pytest.approx(
+        16 * v["decode_attention_a100_8x4032"].value, rel=1e-3
+    )
+    assert v["decode_attention_a100_32x4032"].value > v["decode_attention_a100_32x1024"].value
+    for key, verdict in v.items():
+        assert verdict.ratio > 0.8, verdict.row()
+        assert verdict.ok != bool(rows[key].known_miss)

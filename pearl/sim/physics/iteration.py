@@ -220,17 +220,13 @@ class WorkerHardware:
         tokens = num_prefill_tokens + num_decode
         if tokens == 0:
             return 0.0
-        cr, mr, kvb = self.compute_rate, self.memory_rate, self.kv_bytes_per_token
         busy = self.dense_time_s(tokens, num_decode + num_prefill_logits)
         if num_prefill_tokens:
             busy += self.prefill_attention_time_s(
                 prefill_pairs, prefill_prefix_tokens, num_prefill_tokens
             )
-        if num_decode:  # each decode reads its whole context and writes one token
-            busy += max(
-                self.attn_flops_per_pair * decode_context_tokens / cr,
-                kvb * (decode_context_tokens + num_decode) / mr,
-            )
+        if num_decode:
+            busy += self.decode_attention_time_s(num_decode, decode_context_tokens)
         p = self.params
         return (
             busy
@@ -254,6 +250,14 @@ class WorkerHardware:
         return max(
             self.attn_flops_per_pair * pairs / self.compute_rate,
             self.kv_bytes_per_token * (prefix_tokens + chunk_tokens) / self.memory_rate,
+        )
+
+    def decode_attention_time_s(self, num_decode: int, context_tokens: int) -> float:
+        """The decoding sequences' attention: each reads its whole context (the contexts
+        sum to `context_tokens`) and writes one token's KV, on its own roofline."""
+        return max(
+            self.attn_flops_per_pair * context_tokens / self.compute_rate,
+            self.kv_bytes_per_token * (context_tokens + num_decode) / self.memory_rate,
         )
 
     @staticmethod
