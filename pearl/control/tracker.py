@@ -265,16 +265,18 @@ def trajectory_totals(
     turns: Sequence[TurnRecord],
 ) -> tuple[tuple[float, float, float, float, float], ...]:
     """`(turns, new prefill tokens, reusable prefix tokens, decode tokens, environment
-    seconds)` of each trajectory that finished in this step's telemetry (its last turn has
-    no environment step), in the order of their ids; new and reusable tokens as in
-    `workload_stats`."""
+    seconds)` of each trajectory that finished in this step's telemetry, in the order of
+    their ids; new and reusable tokens as in `workload_stats`. Finished, as there: its last
+    turn has no environment step; where no trajectory is so marked (the runtime's
+    environments also score the last response), every trajectory of the step."""
     by_traj: dict[str, list[TurnRecord]] = {}
     for t in turns:
         by_traj.setdefault(t.traj_id, []).append(t)
+    marked = {tid for tid, rs in by_traj.items() if any(r.env_s is None for r in rs)}
     out = []
     for tid in sorted(by_traj):
         rs = by_traj[tid]
-        if not any(r.env_s is None for r in rs):
+        if marked and tid not in marked:
             continue
         own = _own_tokens(rs)
         new = float(sum(n for _, n in own))

@@ -325,6 +325,17 @@ def test_trajectory_totals_of_finished_trajectories():
     assert got == ((3.0, 100.0, 2900.0, 150.0, 4.0), (2.0, 500.0, 2300.0, 100.0, 4.0))
 
 
+def test_trajectory_totals_where_every_turn_has_an_environment_step():
+    """The runtime's environments also run after the last turn (they score it): with no
+    trajectory marked finished, every trajectory of the step is one, its last environment
+    step counted, as `workload_stats` counts its turns."""
+    a = [mk_turn("a", 0, 0.0, env=2.0), mk_turn("a", 1, 3.2, env=3.0)]
+    b = [mk_turn("b", 0, 0.0, env=4.0, new=500)]
+    got = trajectory_totals(a + b)
+    assert got == ((2.0, 100.0, 1900.0, 100.0, 5.0), (1.0, 500.0, 900.0, 50.0, 4.0))
+    assert workload_stats(a + b)["turns_per_traj_mean"] == 1.5
+
+
 def test_profile_keeps_the_newest_trajectories():
     """The sample is a window: the newest finished trajectories, at most
     TRAJECTORY_SAMPLE_SIZE, survive a JSON round trip."""
