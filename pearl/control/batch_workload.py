@@ -27,11 +27,6 @@ class BatchWorkload:
 
     batch: float
     turns: float
-    tail_turns: float
-    tail_new_tokens: float
-    tail_cached_tokens: float
-    tail_decode_tokens: float
-    tail_env_s: float
     live: float
     n_new: float
     n_cached: float
@@ -88,20 +83,16 @@ def batch_workload(
 
     tail_turns = max(tail(profile.tail_turns, turns), 1.0)
     h_max = profile.kv_capacity(num_gpus_per_worker)
-    tail_new = tail(profile.tail_new_prefill_tokens, turns * profile.new_prefill_tokens_per_turn)
-    tail_decode = tail(profile.tail_decode_tokens, turns * n_d)
-    tail_env = (
-        tail(profile.tail_env_s, turns * profile.env_s_per_turn_mean)
-        + tail_turns * profile.turn_overhead_s
-    )
     sampled = TrajectoryPaths.from_sample(profile.trajectory_sample, batch, profile.turn_overhead_s)
     if sampled is None:  # the tail alone, the others running by the coarse survival
         paths = TrajectoryPaths.single(
             tail_turns,
-            tail_new,
+            tail(profile.tail_new_prefill_tokens, turns * profile.new_prefill_tokens_per_turn),
             tail_turns * profile.cached_prefix_tokens_per_turn,
-            tail_decode,
-            tail_env,
+            tail(profile.tail_decode_tokens, turns * n_d),
+            # time off the model: environment steps plus the per-turn dispatch overhead
+            tail(profile.tail_env_s, turns * profile.env_s_per_turn_mean)
+            + tail_turns * profile.turn_overhead_s,
         )
         alive = _alive_by_round(profile, batch, tail_turns)
     else:  # rounds up to the longest sampled trajectory, survival as sampled
@@ -110,12 +101,6 @@ def batch_workload(
     return BatchWorkload(
         batch=float(batch),
         turns=turns,
-        tail_turns=tail_turns,
-        tail_new_tokens=tail_new,
-        tail_cached_tokens=tail_turns * profile.cached_prefix_tokens_per_turn,
-        tail_decode_tokens=tail_decode,
-        # time off the model: environment steps plus the world's per-turn dispatch overhead
-        tail_env_s=tail_env,
         live=min(1.0, max(0.05, turns / tail_turns)),
         n_new=profile.new_prefill_tokens_per_turn,
         n_cached=profile.cached_prefix_tokens_per_turn,

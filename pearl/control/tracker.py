@@ -204,12 +204,9 @@ def workload_stats(
     """
     if not turns:
         return {}
-    by_traj: dict[str, list[TurnRecord]] = {}
-    for t in turns:
-        by_traj.setdefault(t.traj_id, []).append(t)
+    by_traj = _by_trajectory(turns)
     own = {id(r): float(n) for rs in by_traj.values() for r, n in _own_tokens(rs)}
-    finished = [rs for rs in by_traj.values() if any(r.env_s is None for r in rs)]
-    counted = finished or list(by_traj.values())
+    counted = list(_finished(by_traj).values())
     num_turns = np.array([max(r.turn for r in rs) + 1 for rs in counted], dtype=float)
     final_ctx = np.array(
         [max(r.context_tokens + r.decode_tokens for r in rs) for rs in by_traj.values()],
@@ -265,19 +262,12 @@ def trajectory_totals(
     turns: Sequence[TurnRecord],
 ) -> tuple[tuple[float, float, float, float, float], ...]:
     """`(turns, new prefill tokens, reusable prefix tokens, decode tokens, environment
-    seconds)` of each trajectory that finished in this step's telemetry, in the order of
-    their ids; new and reusable tokens as in `workload_stats`. Finished, as there: its last
-    turn has no environment step; where no trajectory is so marked (the runtime's
-    environments also score the last response), every trajectory of the step."""
-    by_traj: dict[str, list[TurnRecord]] = {}
-    for t in turns:
-        by_traj.setdefault(t.traj_id, []).append(t)
-    marked = {tid for tid, rs in by_traj.items() if any(r.env_s is None for r in rs)}
+    seconds)` of each trajectory that finished in this step's telemetry (`_finished`), in
+    the order of their ids; new and reusable tokens as in `workload_stats`."""
+    finished = _finished(_by_trajectory(turns))
     out = []
-    for tid in sorted(by_traj):
-        rs = by_traj[tid]
-        if marked and tid not in marked:
-            continue
+    for tid in sorted(finished):
+        rs = finished[tid]
         own = _own_tokens(rs)
         new = float(sum(n for _, n in own))
         out.append(
@@ -290,6 +280,21 @@ def trajectory_totals(
             )
         )
     return tuple(out)
+
+
+def _by_trajectory(turns: Sequence[TurnRecord]) -> dict[str, list[TurnRecord]]:
+    by_traj: dict[str, list[TurnRecord]] = {}
+    for t in turns:
+        by_traj.setdefault(t.traj_id, []).append(t)
+    return by_traj
+
+
+def _finished(by_traj: dict[str, list[TurnRecord]]) -> dict[str, list[TurnRecord]]:
+    """The trajectories that finished in a step: those whose last turn has no environment
+    step; where none is so marked (the runtime's environments also score the last
+    response), every trajectory of the step."""
+    marked = {tid: rs for tid, rs in by_traj.items() if any(r.env_s is None for r in rs)}
+    return marked or by_traj
 
 
 def _own_tokens(rs: Sequence[TurnRecord]) -> list[tuple[TurnRecord, int]]:

@@ -38,9 +38,9 @@ NIC bandwidth across nodes).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+from pearl.sim.physics.linear_sums import fit_linear, sum_max_linear
 from pearl.specs.hardware import GpuSpec, ModelSpec
 
 # Efficiencies per GPU type: (compute, memory).
@@ -318,7 +318,7 @@ class WorkerHardware:
         if num_steps <= 0 or num_decode <= 0:
             return 0.0
         c0, c1, m0, m1, fixed = self._decode_linear(num_decode, context_tokens)
-        return _sum_max_linear(c0, c1, m0, m1, num_steps) + fixed * num_steps
+        return sum_max_linear(c0, c1, m0, m1, num_steps) + fixed * num_steps
 
     def decode_steps_within(
         self, num_decode: int, context_tokens: int, budget_s: float, max_steps: int
@@ -329,7 +329,7 @@ class WorkerHardware:
         c0, c1, m0, m1, fixed = self._decode_linear(num_decode, context_tokens)
 
         def total(k: int) -> float:
-            return _sum_max_linear(c0, c1, m0, m1, k) + fixed * k
+            return sum_max_linear(c0, c1, m0, m1, k) + fixed * k
 
         full = total(max_steps)
         if full <= budget_s:
@@ -337,7 +337,7 @@ class WorkerHardware:
         # Each piece alone takes no longer than the max of both, so the steps that fit under
         # either piece alone bound the answer from above; usually it is exact.
         k = min(
-            max_steps, _fit_linear(c0 + fixed, c1, budget_s), _fit_linear(m0 + fixed, m1, budget_s)
+            max_steps, fit_linear(c0 + fixed, c1, budget_s), fit_linear(m0 + fixed, m1, budget_s)
         )
         t = total(k)
         if t > budget_s:  # the crossover made it too optimistic: bisect below k
@@ -371,41 +371,3 @@ class WorkerHardware:
             self.gpu.nvlink_gb_s_per_dir * 1e9 if same_node else self.params.inter_node_bytes_per_s
         )
         return self.params.transfer_latency_s + nbytes / (link * self.tp)
-
-
-def _sum_linear(a: float, b: float, n0: int, n1: int) -> float:
-    """sum_{n=n0}^{n1-1} (a + b*n)."""
-    k = n1 - n0
-    if k <= 0:
-        return 0.0
-    return a * k + b * (n0 + n1 - 1) * k / 2.0
-
-
-def _fit_linear(a: float, b: float, budget: float) -> int:
-    """The largest k >= 0 with sum_{n<k} (a + b*n) <= budget (a > 0, b >= 0)."""
-    if b <= 0:
-        return int(budget // a)
-    # b/2 k^2 + (a - b/2) k - budget <= 0
-    half = b / 2.0
-    lin = a - half
-    k = int((-lin + math.sqrt(lin * lin + 4 * half * budget)) / (2 * half))
-    while k > 0 and a * k + half * k * (k - 1) > budget:
-        k -= 1
-    return k
-
-
-def _sum_max_linear(c0: float, c1: float, m0: float, m1: float, k: int) -> float:
-    """sum_{n=0}^{k-1} max(c0 + c1*n, m0 + m1*n), in closed form (one crossover at most)."""
-    if c1 == m1:
-        return _sum_linear(max(c0, m0), c1, 0, k)
-    # crossover n* where c0 + c1 n = m0 + m1 n
-    n_star = (m0 - c0) / (c1 - m1)
-    if n_star <= 0:  # one side dominates from n = 0 on: the one with the larger slope
-        return _sum_linear(c0, c1, 0, k) if c1 > m1 else _sum_linear(m0, m1, 0, k)
-    if n_star >= k:  # the side that is larger at n = 0 dominates throughout
-        return _sum_linear(c0, c1, 0, k) if c0 >= m0 else _sum_linear(m0, m1, 0, k)
-    split = math.ceil(n_star)
-    first_c = c0 >= m0
-    head = _sum_linear(c0, c1, 0, split) if first_c else _sum_linear(m0, m1, 0, split)
-    tail = _sum_linear(m0, m1, split, k) if first_c else _sum_linear(c0, c1, split, k)
-    return head + tail
