@@ -15,10 +15,19 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pearl.configio import dump_yaml_model, load_yaml_model, model_from_dict
 from pearl.control.knobs import ControllerKnobs
+from pearl.specs.workload import WorkloadSpec
 from pearl.world.sections import ClusterShape, RolloutShape, TraceShape
 
 if TYPE_CHECKING:
@@ -168,6 +177,22 @@ class RolloutConfig(RolloutShape):
         default_factory=dict,
         description="Overrides of the workload spec (pearl.specs.workload.WorkloadSpec fields).",
     )
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_is_valid(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Check the overrides when the config is read, not when a world is built from it
+        (the length limit is the workload's context cap)."""
+        cap = info.data.get("max_context_tokens")
+        doc = {**value, **({"context_cap_tokens": cap} if cap is not None else {})}
+        try:
+            WorkloadSpec.model_validate(doc)
+        except ValidationError as err:
+            first = err.errors()[0]
+            path = ".".join(str(p) for p in first["loc"])
+            msg = first["msg"].removeprefix("Value error, ")
+            raise ValueError(f"{path}: {msg}" if path else msg) from None
+        return value
 
 
 class SimConfig(_Model):

@@ -116,7 +116,7 @@ class TrajectorySampler:
         turns: list[Turn] = []
         context = prompt
         truncated = False
-        reusable = prompt if s.prefix_reuse == "prompt" else None
+        reusable = prompt if s.prefix_reuse in ("prompt", "turn") else None
         for i in range(num_turns):
             decode = _tokens(rng, s.decode_tokens)
             if context + decode >= cap:  # the length limit ends the trajectory mid-turn
@@ -128,6 +128,8 @@ class TrajectorySampler:
             )
             env_s = self._env_latency_s()
             turns.append(Turn(context, decode, env_s, obs, reusable))
+            if s.prefix_reuse == "turn":  # this turn's prompt is a prefix of the next one's
+                reusable = context
             context += decode + obs
             if i + 1 < num_turns and context >= cap - s.decode_tokens.min_tokens:
                 truncated = True  # no room left for another turn

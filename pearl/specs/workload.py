@@ -120,12 +120,15 @@ class WorkloadSpec(_Spec):
     prompt_tokens_max: int = Field(
         4000, ge=1, description="Largest initial prompt (uniform between min and max), tokens."
     )
-    prefix_reuse: Literal["context", "prompt"] = Field(
+    prefix_reuse: Literal["context", "prompt", "turn"] = Field(
         "prompt",
         description="What of a turn's context earlier turns' KV can serve from a prefix "
-        "cache: 'context' (the agent appends to its history token for token) or 'prompt' "
-        "(the agent re-renders its history each turn, e.g. a chat template that drops earlier "
-        "turns' reasoning, so only the initial prompt stays a token-identical prefix).",
+        "cache: 'context' (the agent appends to its history token for token), 'turn' (the "
+        "previous turn's prompt stays a prefix but its generated tokens are re-rendered, as "
+        "Qwen3's chat template does when it drops the reasoning of the last answer once a "
+        "user-role observation follows it) or 'prompt' (the agent rewrites its history each "
+        "turn, e.g. truncates or windows earlier observations, so only the initial prompt "
+        "stays a token-identical prefix).",
     )
     context_cap_tokens: int = Field(
         32768,

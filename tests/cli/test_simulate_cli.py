@@ -208,3 +208,18 @@ def test_simulate_bad_seeds_name_the_option(extra: list[str], needle: str) -> No
     res = runner.invoke(app, ["simulate", *SMALL, "--policies", "fixed:colocated", *extra])
     assert res.exit_code == 2
     assert needle in res.output and "--seeds" in res.output
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [("prefix_reuse=turns", "prefix_reuse"), ("prompt_tokens_max=40000", "context_cap")],
+)
+def test_a_bad_workload_override_is_refused_before_anything_runs(
+    override: str, needle: str
+) -> None:
+    """A workload field is checked when the config is read, with its name, not as a
+    traceback once a world is built (the length limit is the workload's context cap)."""
+    res = runner.invoke(app, ["simulate", *SMALL, "--set", f"rollout.workload.{override}"])
+    assert res.exit_code == 2
+    assert "rollout.workload" in res.stderr and needle in res.stderr
+    assert "Traceback" not in res.stderr

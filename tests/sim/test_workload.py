@@ -52,6 +52,26 @@ def test_short_cap_truncates_more_trajectories():
     assert sum(t.truncated for t in short) > 2 * sum(t.truncated for t in long)
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31))
+def test_what_each_prefix_reuse_mode_lets_a_cache_serve(seed):
+    """'context': all of each context; 'prompt': the initial prompt; 'turn': the previous
+    turn's whole prompt (its answer is re-rendered, e.g. Qwen3's template dropping the
+    reasoning once a user-role observation follows). The same draws in every mode."""
+    modes = {
+        m: TrajectorySampler(WorkloadSpec(prefix_reuse=m), seed).batch(4)
+        for m in ("context", "prompt", "turn")
+    }
+    for ctx, pro, tur in zip(modes["context"], modes["prompt"], modes["turn"], strict=True):
+        assert [t.context_tokens for t in ctx.turns] == [t.context_tokens for t in tur.turns]
+        assert all(t.reusable_prefix_tokens is None for t in ctx.turns)
+        assert all(t.reusable_prefix_tokens == pro.prompt_tokens for t in pro.turns)
+        assert tur.turns[0].reusable_prefix_tokens == tur.prompt_tokens
+        for prev, nxt in zip(tur.turns, tur.turns[1:], strict=False):
+            assert nxt.reusable_prefix_tokens == prev.context_tokens
+            assert prev.context_tokens < nxt.context_tokens
+
+
 def test_sampled_statistics_follow_the_spec():
     """Medians of per-turn tokens near the spec's medians; env mixture mean is a few s."""
     trajs = TrajectorySampler(WorkloadSpec(context_cap_tokens=10**6), 1).batch(300)
@@ -98,7 +118,7 @@ def test_calibration_colocated_prefill_share_for_qwen3_30b():
 def test_prefix_aware_routing_raises_the_hit_rate():
     """The hit rate is an outcome of routing, capacity and what the agent re-sends, not an
     input: with a history that is only appended to, prefix-aware routing reuses most of
-    each context; with a re-rendered history (the default) only the initial prompt is
+    each context; with a rewritten history (the default) only the initial prompt is
     reusable, whatever the routing."""
     appended = WorkloadSpec(prefix_reuse="context")
     kw = dict(model="qwen3-8b", num_workers=8, seed=0)
@@ -108,6 +128,9 @@ def test_prefix_aware_routing_raises_the_hit_rate():
     assert sticky.prefill_token_share < blind.prefill_token_share
     rerendered = colocated_mix(router="sticky", **kw)
     assert rerendered.hit_rate_tokens < 0.25 < sticky.hit_rate_tokens
+    # the previous turn's prompt reusable: between the two, much nearer the appended history
+    turn = colocated_mix(router="sticky", spec=WorkloadSpec(prefix_reuse="turn"), **kw)
+    assert rerendered.hit_rate_tokens + 0.3 < turn.hit_rate_tokens < sticky.hit_rate_tokens
     assert rerendered.prefill_token_share > 0.95  # paper §3.2: 96.68% of tokens
 
 
