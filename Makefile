@@ -27,6 +27,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pearl tests bench
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy pearl
 
 bench: $(STAMP)
