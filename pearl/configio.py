@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pearl.errors import InputError, read_text
+from pearl.errors import InputError, from_validation, read_text
 from pearl.world.sections import renamed_fields
 
 M = TypeVar("M", bound=BaseModel)
@@ -24,9 +24,7 @@ def model_from_dict(cls: type[M], doc: Any, source: str) -> M:
     try:
         return cls.model_validate(doc)
     except ValidationError as err:
-        first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or None
-        raise InputError(source, first["msg"], field=field) from None
+        raise from_validation(err, source) from None
 
 
 def load_yaml_model(cls: type[M], path: Path | str) -> M:

@@ -6,6 +6,8 @@ the CLI prints `str(err)` on one line and exits with code 2 (traceback only with
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class InputError(ValueError):
     """Bad user input, located as precisely as the loader can.
@@ -28,10 +30,30 @@ class InputError(ValueError):
         self.message = message
         super().__init__(str(self))
 
+    def __reduce__(self) -> tuple:
+        # keyword-only fields survive pickling (an error raised in a worker process)
+        return (_input_error, (self.source, self.message, self.location, self.field))
+
     def __str__(self) -> str:
         where = self.source if self.location is None else f"{self.source}:{self.location}"
         what = f"field '{self.field}': " if self.field else ""
         return f"{where}: {what}{self.message}"
+
+
+def from_validation(
+    err: Any, source: str, *, prefix: str | None = None, location: str | None = None
+) -> InputError:
+    """The first problem of a pydantic `ValidationError` as an `InputError` naming its
+    dotted field (under `prefix`), without pydantic's "Value error, " preamble."""
+    first = err.errors()[0]
+    path = ".".join(str(p) for p in first["loc"])
+    field = ".".join(x for x in (prefix, path) if x) or None
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return InputError(source, message, location=location, field=field)
+
+
+def _input_error(source: str, message: str, location: str | None, field: str | None) -> InputError:
+    return InputError(source, message, location=location, field=field)
 
 
 class PathError(ValueError):
@@ -44,6 +66,9 @@ class PathError(ValueError):
         self.field = field
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.message, self.path, self.field))
 
 
 def read_text(path: object) -> str:

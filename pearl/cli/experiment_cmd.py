@@ -10,8 +10,8 @@ import typer
 from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pearl.cli.output import console, err_console, guarded, print_json
-from pearl.errors import InputError
+from pearl.cli.output import console, err_console, guarded, output_dir, print_json
+from pearl.errors import InputError, from_validation
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
 
@@ -58,9 +58,8 @@ def register(app: typer.Typer) -> None:
         try:
             cfg = SimConfig().with_updates(**updates)
         except ValidationError as err:
-            first = err.errors()[0]
-            field = ".".join(map(str, first["loc"]))
-            raise InputError("<argument>", first["msg"], field=field) from None
+            raise from_validation(err, "<argument>") from None
+        output_dir(out)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -53,3 +55,20 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def output_dir(path: Path | None, option: str = "--out") -> Path | None:
+    """Create `path` (and its parents) before the long work whose results go there, so a
+    path that cannot be a writable directory fails at once, naming `option`, instead of
+    losing the work at the end."""
+    if path is None:
+        return None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(
+            str(path), f"cannot be an output directory ({err.strerror})", field=option
+        ) from None
+    if not os.access(path, os.W_OK):
+        raise InputError(str(path), "output directory is not writable", field=option)
+    return path

@@ -9,8 +9,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pearl.cli.output import console, err_console, guarded, print_json
-from pearl.errors import InputError
+from pearl.cli.output import console, err_console, guarded, output_dir, print_json
+from pearl.errors import InputError, from_validation
 
 
 def _build_config(
@@ -68,9 +68,7 @@ def _build_config(
             "<argument>", f"no config section {err.args[0]!r}", field="--set"
         ) from None
     except ValidationError as err:
-        first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise InputError("<argument>", first["msg"], field=field) from None
+        raise from_validation(err, "<argument>") from None
 
 
 def _parse_sets(sets: list[str]) -> dict[str, Any]:
@@ -236,6 +234,7 @@ def register(app: typer.Typer) -> None:
         seed_list = _parse_seeds(seeds) if seeds is not None else None
         if seed_list is not None and seed is not None:
             raise InputError("<argument>", "give --seed or --seeds, not both", field="--seeds")
+        output_dir(out)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, print_json
-from pearl.errors import InputError
+from pearl.errors import InputError, from_validation
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -55,8 +55,7 @@ def register(app: typer.Typer) -> None:
                 **{"cluster.model": model, "cluster.gpu": gpu, "seed": seed}
             )
         except ValidationError as err:
-            first = err.errors()[0]
-            raise InputError("<argument>", first["msg"], field=str(first["loc"][-1])) from None
+            raise from_validation(err, "<argument>") from None
         _check_names(model, gpu)
         with Progress(
             TextColumn("{task.description}"),

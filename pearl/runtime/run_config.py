@@ -62,6 +62,21 @@ class EnvSection(_M):
     num_hosts: int = Field(2, ge=1, description="Parallel environment hosts in the pool.")
     use_ray: bool = Field(False, description="Host environments in Ray actors, not threads.")
 
+    @model_validator(mode="after")
+    def _registered(self) -> EnvSection:
+        """A known name whose factory takes these kwargs (building one is cheap: its
+        sandbox, if any, starts at reset), checked when the config is read, not in a
+        worker once Ray is up."""
+        from pearl.envs.registry import env_names, make_env
+
+        if self.name not in env_names():
+            raise ValueError(f"unknown environment {self.name!r} (known: {', '.join(env_names())})")
+        try:
+            make_env(self.name, **self.kwargs).close()
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"kwargs: {self.name}: {err}") from None
+        return self
+
 
 class RolloutSection(RolloutShape):
     """Rollout batches: B = batch_size trajectories in GRPO groups of group_size (the shared

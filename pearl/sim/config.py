@@ -27,6 +27,7 @@ from pydantic import (
 
 from pearl.configio import dump_yaml_model, load_yaml_model, model_from_dict
 from pearl.control.knobs import ControllerKnobs
+from pearl.errors import InputError, from_validation
 from pearl.specs.workload import WorkloadSpec
 from pearl.world.sections import ClusterShape, RolloutShape, TraceShape
 
@@ -64,6 +65,37 @@ class ClusterConfig(ClusterShape):
     max_preemptible_gpus: int = Field(
         12, ge=0, description="Cap on preemptible rollout GPUs taken from the trace."
     )
+
+    @field_validator("model", "gpu")
+    @classmethod
+    def _known_name(cls, name: str, info: ValidationInfo) -> str:
+        from pearl.specs import get_gpu, get_model
+
+        try:
+            (get_model if info.field_name == "model" else get_gpu)(name)
+        except InputError as err:
+            raise ValueError(err.message) from None
+        return name
+
+    @model_validator(mode="after")
+    def _a_worker_can_be_built(self) -> ClusterConfig:
+        """A worker whose weights leave room for KV cache, checked when the config is read
+        rather than when the first worker starts."""
+        from pearl.sim.physics.iteration import WorkerHardware
+        from pearl.specs import get_gpu, get_model
+
+        model, gpu = get_model(self.model), get_gpu(self.gpu)
+        tp = self.gpus_per_worker
+        if WorkerHardware(model, gpu, tp).kv_capacity_tokens == 0:
+            fits = next(
+                (n for n in (2, 4, 8) if WorkerHardware(model, gpu, n).kv_capacity_tokens), None
+            )
+            hint = f"; gpus_per_worker={fits} fits" if fits else ""
+            raise ValueError(
+                f"gpus_per_worker: {self.model}'s weights leave no KV cache on {tp} "
+                f"{self.gpu} GPU(s){hint}"
+            )
+        return self
 
 
 class EngineConfig(_Model):
@@ -188,10 +220,10 @@ class RolloutConfig(RolloutShape):
         try:
             WorkloadSpec.model_validate(doc)
         except ValidationError as err:
-            first = err.errors()[0]
-            path = ".".join(str(p) for p in first["loc"])
-            msg = first["msg"].removeprefix("Value error, ")
-            raise ValueError(f"{path}: {msg}" if path else msg) from None
+            inner = from_validation(err, "workload")
+            raise ValueError(
+                f"{inner.field}: {inner.message}" if inner.field else inner.message
+            ) from None
         return value
 
 
@@ -222,6 +254,15 @@ class SimConfig(_Model):
         description="Controller knobs, the section `pearl run` configs share (modes, routing "
         "bound, hysteresis), applied to every simulated policy.",
     )
+
+    @model_validator(mode="after")
+    def _a_static_pool_holds_a_worker(self) -> SimConfig:
+        n, tp = self.trace.static_gpus, self.cluster.gpus_per_worker
+        if n is not None and n < tp:
+            raise ValueError(
+                f"trace.static_gpus: {n} GPU(s) hold no worker of cluster.gpus_per_worker={tp}"
+            )
+        return self
 
     def with_updates(self, **dotted: Any) -> SimConfig:
         """A copy with `section.field=value` updates applied (validated like a load)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pearl.errors import InputError
+from pearl.errors import InputError, from_validation
 
 
 class GpuSpec(BaseModel):
@@ -92,9 +92,7 @@ def _build(cls: type[BaseModel], source: str, key: str, raw: object) -> BaseMode
     try:
         return cls(name=key, **raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise InputError(source, first["msg"], location=key, field=field) from None
+        raise from_validation(err, source, location=key) from None
 
 
 @cache

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pearl.errors import InputError
+from pearl.errors import from_validation
 
 _Z90 = 1.2815515655446004  # standard normal quantile at 0.90
 _Z95 = 1.6448536269514722  # standard normal quantile at 0.95
@@ -182,7 +182,4 @@ def workload_from_dict(
     try:
         return WorkloadSpec.model_validate(doc)
     except ValidationError as err:
-        first = err.errors()[0]
-        path = ".".join(str(p) for p in first["loc"])
-        name = f"{prefix}.{path}" if path else prefix
-        raise InputError(source, first["msg"], field=name) from None
+        raise from_validation(err, source, prefix=prefix) from None

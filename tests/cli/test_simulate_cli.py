@@ -223,3 +223,40 @@ def test_a_bad_workload_override_is_refused_before_anything_runs(
     assert res.exit_code == 2
     assert "rollout.workload" in res.stderr and needle in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--model", "nosuch"], ["cluster.model", "qwen3-8b"]),
+        (["--set", "cluster.gpu=nosuch"], ["cluster.gpu", "h100-sxm"]),
+        (
+            ["--model", "qwen3-30b-a3b", "--set", "cluster.gpu=a100-40g"],
+            ["gpus_per_worker", "gpus_per_worker=2 fits"],
+        ),
+        (["--set", "cluster.gpus_per_worker=4"], ["trace.static_gpus", "gpus_per_worker=4"]),
+    ],
+)
+def test_a_cluster_that_cannot_hold_a_worker_is_refused_before_anything_runs(
+    args: list[str], needles: list[str]
+) -> None:
+    """Unknown names, weights that leave no KV cache, a static pool smaller than a worker:
+    one line naming the field, exit 2, never a traceback from a worker process nor a run
+    that reports 0 trajectories/h."""
+    res = runner.invoke(app, ["simulate", *SMALL, *args])
+    assert res.exit_code == 2, res.output
+    assert all(n in res.stderr for n in needles), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", [["simulate", *SMALL], ["experiment", "facts", "--quick"]])
+def test_an_out_path_that_cannot_be_a_directory_fails_before_the_run(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """--out is created up front: a file in the way is one line naming --out, before any
+    simulated work that would otherwise be lost at the end."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    res = runner.invoke(app, [*command, "--out", str(blocker / "results")])
+    assert res.exit_code == 2, res.output
+    assert "--out" in res.stderr and str(blocker) in res.stderr

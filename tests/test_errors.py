@@ -1,0 +1,34 @@
+"""User-facing errors keep what they say when they cross a process boundary (a simulation
+run in a worker process raises them there; `pearl simulate` prints them here)."""
+
+from __future__ import annotations
+
+import pickle
+
+from pearl.control.state import StateError
+from pearl.errors import InputError, PathError
+from pearl.traces.availability import TraceError
+
+
+def test_input_error_survives_pickling_with_every_field() -> None:
+    err = InputError("cfg.yaml", "must be >= 1", location="line 3", field="rollout.batch_size")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is InputError and str(back) == str(err)
+    assert (back.source, back.message, back.location, back.field) == (
+        "cfg.yaml",
+        "must be >= 1",
+        "line 3",
+        "rollout.batch_size",
+    )
+
+
+def test_path_errors_survive_pickling_as_their_own_class() -> None:
+    for cls in (PathError, TraceError, StateError):
+        err = cls("must increase", "changes[3].time_s", field="time_s")
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is cls and str(back) == str(err)
+        assert (back.message, back.path, back.field) == (
+            "must increase",
+            "changes[3].time_s",
+            "time_s",
+        )
