@@ -64,7 +64,8 @@ def is_run_dir(path: Path) -> bool:
 
 def check_out_dir(out_dir: Path, *, resume: bool) -> None:
     """Raise `InputError` unless `out_dir` may be used: a new run needs a missing or empty
-    directory; a resumed run needs an existing run directory."""
+    directory (or one holding only a config.yaml); a resumed run needs an existing run
+    directory."""
     p = Path(out_dir)
     if p.exists() and not p.is_dir():
         raise InputError(str(p), "exists and is not a directory", field="--out")
@@ -74,7 +75,9 @@ def check_out_dir(out_dir: Path, *, resume: bool) -> None:
                 str(p), f"not a run directory (no {CONFIG_FILE}) to resume", field="--resume"
             )
         return
-    if p.is_dir() and any(p.iterdir()):
+    # a run that stopped before writing anything but its config (e.g. no Ray cluster
+    # answered) left nothing to lose: a new run may take its directory
+    if p.is_dir() and any(x.name != CONFIG_FILE for x in p.iterdir()):
         hint = "use --resume to continue that run" if is_run_dir(p) else "choose an empty one"
         raise InputError(str(p), f"directory is not empty ({hint})", field="--out")
 

@@ -23,6 +23,7 @@ from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.control.plan import config_of
 from pearl.control.state import ClusterState, Gpu, Status, Zone
+from pearl.errors import InputError
 from pearl.runtime.control_setup import build_controller, configured_policy
 from pearl.runtime.lending import TrainingLending
 from pearl.runtime.pipeline import TrainingPipeline, checkpoint_dir, load_checkpoint
@@ -133,7 +134,14 @@ class RunDriver:
             self.cluster.add_node("training", Zone.OVERLAP, [g.gpu_id for g in self.training_gpus])
             self.cluster.connect(namespace=f"pearl-{os.getpid()}")
         else:
-            ray.init(address=cfg.address, namespace=f"pearl-{os.getpid()}", log_to_driver=False)
+            try:
+                ray.init(address=cfg.address, namespace=f"pearl-{os.getpid()}", log_to_driver=False)
+            except ConnectionError as err:
+                raise InputError(
+                    "<argument>",
+                    f"no Ray cluster answers at {cfg.address} ({err})",
+                    field="cluster.address (--address)",
+                ) from None
 
     async def _run(self, ckpt: dict[str, Any] | None) -> dict[str, Any]:
 

@@ -32,6 +32,22 @@ class ModelSection(_M):
     )
     init_seed: int = Field(0, description="Seed of the random initial weights (no checkpoint).")
 
+    @model_validator(mode="after")
+    def _tiny_model_builds(self) -> ModelSection:
+        """The tiny model's config with these overrides, built when the file is read (a
+        checkpoint's config.json is read, with its own errors, when the run starts)."""
+        from pearl.errors import InputError
+        from pearl.runtime.engine.model_config import ModelConfig
+
+        try:
+            ModelConfig.tiny(**self.tiny_overrides)
+        except TypeError as err:
+            known = ", ".join(ModelConfig.__dataclass_fields__)
+            raise ValueError(f"tiny_overrides: {err} (fields: {known})") from None
+        except InputError as err:
+            raise ValueError(f"tiny_overrides.{err.field}: {err.message}") from None
+        return self
+
 
 class EngineSection(_M):
     """Inference-engine sizing per rollout worker."""

@@ -42,3 +42,20 @@ def test_a_bad_environment_names_the_file_and_the_field(
         load_run_config(path)
     assert err.value.source == str(path) and err.value.field == "env"
     assert needle in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [({"hidden_sizee": 3}, "hidden_sizee"), ({"hidden_size": -3}, "tiny_overrides.hidden_size")],
+)
+def test_bad_tiny_model_overrides_name_the_file_and_the_field(
+    tmp_path: Path, overrides: dict, needle: str
+) -> None:
+    doc = yaml.safe_load(DEMO.read_text())
+    doc["model"] = {**doc["model"], "tiny_overrides": overrides}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError) as err:
+        load_run_config(path)
+    assert err.value.source == str(path) and err.value.field == "model"
+    assert needle in str(err.value)

@@ -112,7 +112,12 @@ def test_refuses_non_empty_dirs_unless_resuming_a_run(tmp_path):
         RunRecorder(junk, "")
     with pytest.raises(InputError, match="not a run directory"):
         RunRecorder(junk, "", resume=True)
+    # a run that stopped before writing anything but its config left nothing to lose
     RunRecorder(tmp_path / "run", "a: 1\n").close()
+    RunRecorder(tmp_path / "run", "a: 2\n").close()
+    assert (tmp_path / "run" / "config.yaml").read_text() == "a: 2\n"
+    with RunRecorder(tmp_path / "run", "a: 3\n") as rec:
+        rec.record_step(0, {"t_s": 1.0})
     with pytest.raises(InputError, match="--resume"):
         RunRecorder(tmp_path / "run", "")
     (tmp_path / "file").write_text("")
