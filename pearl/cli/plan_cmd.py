@@ -66,6 +66,13 @@ def register(app: typer.Typer) -> None:
                 field="--zones",
             ) from None
         excluded = {g.strip() for g in exclude.split(",") if g.strip()}
+        unknown = sorted(excluded - {g.gpu_id for g in state.gpus})
+        if unknown:
+            raise InputError(
+                "<argument>",
+                f"no GPU {', '.join(unknown)} in {from_} (a typo would leave it usable)",
+                field="--exclude",
+            )
         usable = [g for g in state.gpus_in(*wanted) if g not in excluded]
         try:
             plan = plan_transition(state, target, usable, gpus_per_worker=gpus_per_worker)

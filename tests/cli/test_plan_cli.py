@@ -32,6 +32,15 @@ def test_plan_excluding_reclaimed_gpus():
     assert doc["num_removes"] == 2 and doc["num_adds"] == 2
 
 
+def test_excluding_a_gpu_the_state_does_not_have_is_an_error():
+    """A typo in --exclude would leave the GPU it meant usable: refused, naming it."""
+    res = runner.invoke(
+        app, ["plan", "--from", str(EXAMPLE), "--to", "colocated:6", "--exclude", "p0,px9"]
+    )
+    assert res.exit_code == 2
+    assert "--exclude" in res.stderr and "px9" in res.stderr and "p0" not in res.stderr
+
+
 def _bad(tmp_path: Path, doc: object) -> str:
     f = tmp_path / "state.json"
     f.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
