@@ -97,7 +97,10 @@ def register(app: typer.Typer) -> None:
             0.03, "--ratio-threshold", help="Relative saving needed to change the P:D ratio."
         ),
         top: int = typer.Option(
-            0, "--top", help="Table: show only the best N feasible (+ chosen, current); 0 = all."
+            32,
+            "--top",
+            help="Table: show only the best N feasible (+ chosen, current); 0 = all (a large "
+            "budget has a row per split: 4,096 GPUs, 4,096 rows). --json has every candidate.",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:

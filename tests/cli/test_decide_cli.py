@@ -89,6 +89,16 @@ def test_decide_table_and_tensor_parallel():
     assert doc["num_workers"] == 4 and len(doc["candidates"]) == 4
 
 
+def test_a_large_budget_shows_the_best_candidates_and_json_has_all():
+    """A table row per split is unreadable at scale: by default the best 32 (+ the chosen),
+    --top 0 every one, --json every one."""
+    res = runner.invoke(app, ["decide", "--profile", str(PROFILE), "--gpus", "256"],
+                        terminal_width=200)  # fmt: skip
+    assert res.exit_code == 0 and "32 of 256 shown" in res.stdout
+    doc = _ok(["decide", "--profile", str(PROFILE), "--gpus", "256", "--json"])
+    assert len(doc["candidates"]) == 256
+
+
 def test_profile_table_summarises_the_trajectory_sample(fitted):
     """The table names the sample's size; its rows are only in --json."""
     res = runner.invoke(app, ["profile", "fit", str(TELEMETRY)])
