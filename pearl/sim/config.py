@@ -221,9 +221,10 @@ class RolloutConfig(RolloutShape):
             WorkloadSpec.model_validate(doc)
         except ValidationError as err:
             inner = from_validation(err, "workload")
-            raise ValueError(
-                f"{inner.field}: {inner.message}" if inner.field else inner.message
-            ) from None
+            msg = f"{inner.field}: {inner.message}" if inner.field else inner.message
+            if "context_cap_tokens" in msg and cap is not None:
+                msg += f" (the cap is rollout.max_context_tokens, {cap})"
+            raise ValueError(msg) from None
         return value
 
 

@@ -260,3 +260,10 @@ def test_an_out_path_that_cannot_be_a_directory_fails_before_the_run(
     res = runner.invoke(app, [*command, "--out", str(blocker / "results")])
     assert res.exit_code == 2, res.output
     assert "--out" in res.stderr and str(blocker) in res.stderr
+
+
+def test_a_length_limit_below_the_prompts_names_the_limit() -> None:
+    """The workload's context cap is rollout.max_context_tokens: the error says so."""
+    res = runner.invoke(app, ["simulate", *SMALL, "--max-len", "2000"])
+    assert res.exit_code == 2
+    assert "prompt_tokens_max" in res.stderr and "rollout.max_context_tokens" in res.stderr
