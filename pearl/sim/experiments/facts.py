@@ -217,12 +217,13 @@ def run(
             )
         )
         notes.append(
-            "§1's 82% and §3.1's two anchors cannot all hold at one batch size: a pool "
+            "§1's 82% and §3.1's two anchors cannot all hold in one setting: a pool "
             "is never faster than an unlimited one, so with 216.3 s a batch and 163.8 s of "
             "training the rollout share of a sync step is at least 216.3 / (216.3 + "
             "163.8) = 57% and reaches 82% only if 64 GPUs take 3.5x the unlimited "
-            "pool's time for 64 trajectories (one a GPU). The paper's 82% is likely "
-            "measured at another batch or length limit; the world keeps the two §3.1 "
+            "pool's time for 64 trajectories (one a GPU), or training to take ~50 s "
+            "instead of 163.8 s. The paper's 82% is likely measured in another setting "
+            "(batch, length limit, or the trainer's GPUs); the world keeps the two §3.1 "
             "anchors."
         )
     span, train = unlimited_pool(cfg.with_updates(**{"cluster.model": "qwen3-8b"}))
