@@ -6,7 +6,10 @@ the CLI prints `str(err)` on one line and exits with code 2 (traceback only with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class InputError(ValueError):
@@ -41,7 +44,7 @@ class InputError(ValueError):
 
 
 def from_validation(
-    err: Any, source: str, *, prefix: str | None = None, location: str | None = None
+    err: ValidationError, source: str, *, prefix: str | None = None, location: str | None = None
 ) -> InputError:
     """The first problem of a pydantic `ValidationError` as an `InputError` naming its
     dotted field (under `prefix`), without pydantic's "Value error, " preamble."""
