@@ -65,6 +65,13 @@ class ClusterConfig(ClusterShape):
     max_preemptible_gpus: int = Field(
         12, ge=0, description="Cap on preemptible rollout GPUs taken from the trace."
     )
+    gpus_per_node: int = Field(
+        8,
+        ge=1,
+        description="GPUs per server (an 8-GPU HGX node): reserved rollout and training GPUs "
+        "fill servers in index order, each preemptible GPU is a server of its own; KV moves "
+        "over NVLink between workers on one server, else over the NIC.",
+    )
 
     @field_validator("model", "gpu")
     @classmethod

@@ -177,7 +177,9 @@ def on_completion(world: SimWorld, w: SimWorker, c: Completion) -> None:
         tr.route = None
         _bounce(world, tr, decode_id or w.worker_id)
         return
-    xfer_s = world.hardware_of(w).kv_transfer_time_s(c.prompt_tokens)
+    xfer_s = world.hardware_of(w).kv_transfer_time_s(
+        c.prompt_tokens, same_node=world.same_node(w, d)
+    )
     _report_phase(world, tr, "kv_transfer")
     t.t_kv_start_s = c.t_end_s
     t.t_kv_end_s = c.t_end_s + xfer_s

@@ -121,10 +121,17 @@ class SimWorld:
         self._reclaimed: set[str] = set()
         self.finished_worker_steps: list = []
         n_dedicated = cfg.trace.static_gpus or cfg.cluster.num_dedicated_gpus
-        self.dedicated = tuple(Gpu(f"r{i}", Zone.DEDICATED) for i in range(n_dedicated))
-        self.training_gpus = tuple(
-            Gpu(f"t{i}", Zone.OVERLAP, node="train") for i in range(cfg.cluster.num_training_gpus)
+        per_node = cfg.cluster.gpus_per_node
+        # reserved rollout and training GPUs fill servers in index order; each preemptible
+        # GPU comes on a server of its own (`_apply_trace`)
+        self.dedicated = tuple(
+            Gpu(f"r{i}", Zone.DEDICATED, node=f"rollout{i // per_node}") for i in range(n_dedicated)
         )
+        self.training_gpus = tuple(
+            Gpu(f"t{i}", Zone.OVERLAP, node=f"train{i // per_node}")
+            for i in range(cfg.cluster.num_training_gpus)
+        )
+        self._training_gpu = {g.gpu_id: g for g in self.training_gpus}
         self.trainer = Trainer(
             self.core,
             cfg.trainer,
@@ -278,7 +285,7 @@ class SimWorld:
         if self.trainer.offload(tuple(cmd.gpu_ids)):
             for g in cmd.gpu_ids:
                 if g not in self.gpus:
-                    self.gpus[g] = Gpu(g, Zone.OVERLAP, node="train")
+                    self.gpus[g] = self._training_gpu[g]
                     self.gpu_since[g] = now
 
     def _restore_training(self, cmd: C.RestoreTraining) -> None:
@@ -339,6 +346,11 @@ class SimWorld:
 
     def hardware_of(self, w: SimWorker) -> WorkerHardware:
         return self._hardware(len(w.gpu_ids))
+
+    def same_node(self, a: SimWorker, b: SimWorker) -> bool:
+        """Whether every GPU of workers `a` and `b` is on one server (KV moves over NVLink)."""
+        nodes = {self.gpus[g].node for g in (*a.gpu_ids, *b.gpu_ids) if g in self.gpus}
+        return len(nodes) == 1
 
     def step_finished(self, s: StepRun) -> None:
         """Every trajectory of rollout step `s` is done: telemetry out, batch to the trainer."""

@@ -84,6 +84,30 @@ def test_disaggregated_turns_transfer_kv_between_workers() -> None:
         assert r.t_prefill_end_s <= r.t_kv_start_s < r.t_kv_end_s <= r.t_decode_start_s + 1e-9
 
 
+def test_kv_moves_over_nvlink_within_a_server_and_over_the_nic_across() -> None:
+    """Two workers on one 8-GPU server move a turn's KV at NVLink speed; one GPU a server
+    (`cluster.gpus_per_node: 1`), the same turns pay the NIC: the transfer times are the
+    hardware model's for each link, and the NIC's are the longer."""
+    from pearl.sim.physics.iteration import WorkerHardware
+    from pearl.specs import get_gpu, get_model
+
+    hw = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"), 1)
+    for per_node, same in ((8, True), (1, False)):
+        cfg = small(**{"trace.static_gpus": 2, "cluster.gpus_per_node": per_node})
+        moved = [
+            r
+            for r in run_policy(cfg, "fixed:disagg:1:1").world.finished_turns
+            if r.t_kv_start_s is not None
+        ]
+        assert moved
+        for r in moved[:50]:  # the prompt's KV (its first token's is within the 5%)
+            want = hw.kv_transfer_time_s(r.context_tokens, same_node=same)
+            assert r.t_kv_end_s - r.t_kv_start_s == pytest.approx(want, rel=0.05)
+    assert hw.kv_transfer_time_s(16384, same_node=False) > 5 * hw.kv_transfer_time_s(
+        16384, same_node=True
+    )
+
+
 def test_same_seed_same_summary_other_seed_differs() -> None:
     """A run is a pure function of its config and seed."""
     a = run_policy(small(**{"trace.static_gpus": 2}), "fixed:colocated").summary
