@@ -34,6 +34,19 @@ def test_wrong_sign_never_passes(gain: float, paper: float) -> None:
         assert abs(gain - paper) <= 0.05
 
 
+@pytest.mark.parametrize(
+    ("gain", "seeds", "ok", "off"),
+    [
+        (0.08, (0.07, 0.08, 0.09), True, ""),
+        (0.003, (0.005, -0.015, -0.006), False, "; the seeds disagree on the sign"),
+        (-0.03, (-0.02, -0.03, -0.04), True, ""),
+    ],
+)
+def test_a_sign_the_seeds_disagree_on_is_no_sign(gain, seeds, ok, off) -> None:
+    paper = 0.097 if gain > 0 else -0.061
+    assert crossover_verdict(gain, paper, seed_gains=seeds) == (ok, off)
+
+
 def test_pd_point_gain_and_best_ratio() -> None:
     p = PdPoint(96, colocated_s=367.0, disaggregated_s={(3, 5): 406.0, (4, 4): 349.0})
     assert p.best_ratio == (4, 4)
