@@ -34,7 +34,7 @@ QUICK: dict[str, dict[str, Any]] = {
         "duration_s": 400.0,
     },
     "ratio": {"budgets": (2,), "borrowed": 1, "num_steps": 1},
-    "facts": {"models": ("qwen3-8b",), "batches": (32,), "scaling_gpus": (), "pd_seeds": (0,)},
+    "facts": {"models": ("qwen3-8b",), "batches": (32,), "scaling_gpus": (), "seeds": (0,)},
     "ladder": {"models": ("qwen3-8b",), "traces": ("seg1",), "rungs": ("rlboost+", "pearl")},
 }
 

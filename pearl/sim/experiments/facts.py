@@ -46,9 +46,10 @@ SCALING_GPUS_OTHER_BASE = (8, 12, 20)
 PD_BATCHES = (32, 48, 64, 96)
 PD_GPUS = 8
 PD_RATIOS = ((2, 6), (3, 5), (4, 4), (5, 3), (6, 2))
-# the §3.3 gains are a few percent, the size of one seed's noise: each point is the mean of
-# these seeds (offsets to the config's seed), and a sign the seeds disagree on is no sign
-PD_SEEDS = (0, 1, 2)
+# the §3.1 cuts and §3.3 gains are a few percent, the size of one seed's noise: each is the
+# mean over these seeds (offsets to the config's seed); a §3.3 sign the seeds disagree on
+# is no sign
+FACT_SEEDS = (0, 1, 2)
 MODELS = ("qwen3-8b", "qwen3-30b-a3b")
 SYNC = "rollout.max_staleness=0"
 
@@ -97,15 +98,30 @@ def _makespans(cfg: SimConfig, progress: Progress | None) -> dict[str, float]:
 
 
 def sync_scaling(
-    cfg: SimConfig, model: str, gpus: tuple[int, ...] = SCALING_GPUS, *, progress=None
+    cfg: SimConfig,
+    model: str,
+    gpus: tuple[int, ...] = SCALING_GPUS,
+    *,
+    seeds: tuple[int, ...] = FACT_SEEDS,
+    progress=None,
 ) -> dict[int, float]:
-    """Mean batch makespan, colocated, one batch at a time, per static pool size."""
+    """Mean batch makespan, colocated, one batch at a time, per static pool size (the mean
+    over `seeds`, offsets to `cfg.seed`: the cuts are a few percent, like the §3.3 gains)."""
     out = {}
     for n in gpus:
-        c = _sync(
-            cfg, **{"cluster.model": model, "trace.static_gpus": n, "policies": ["fixed:colocated"]}
-        )
-        out[n] = _makespans(c, progress)["fixed:colocated"]
+        spans = []
+        for s in seeds:
+            c = _sync(
+                cfg,
+                **{
+                    "seed": cfg.seed + s,
+                    "cluster.model": model,
+                    "trace.static_gpus": n,
+                    "policies": ["fixed:colocated"],
+                },
+            )
+            spans.append(_makespans(c, progress)["fixed:colocated"])
+        out[n] = statistics.fmean(spans)
     return out
 
 
@@ -114,7 +130,7 @@ def pd_point(
     model: str,
     batch: int,
     *,
-    seeds: tuple[int, ...] = PD_SEEDS,
+    seeds: tuple[int, ...] = FACT_SEEDS,
     progress=None,
 ) -> PdPoint:
     """Colocated and every P:D split at one batch on the 8-GPU pool: makespans averaged
@@ -184,15 +200,17 @@ def run(
     models: tuple[str, ...] = MODELS,
     batches: tuple[int, ...] = PD_BATCHES,
     scaling_gpus: tuple[int, ...] = SCALING_GPUS,
-    pd_seeds: tuple[int, ...] = PD_SEEDS,
+    seeds: tuple[int, ...] = FACT_SEEDS,
     progress: Progress | None = None,
 ) -> ExperimentResult:
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     # §3.1 scaling (Qwen3-8B)
     if len(scaling_gpus) >= 3:
-        sc = sync_scaling(cfg, "qwen3-8b", scaling_gpus, progress=progress)
-        other = sync_scaling(cfg, "qwen3-8b", SCALING_GPUS_OTHER_BASE, progress=progress)
+        sc = sync_scaling(cfg, "qwen3-8b", scaling_gpus, seeds=seeds, progress=progress)
+        other = sync_scaling(
+            cfg, "qwen3-8b", SCALING_GPUS_OTHER_BASE, seeds=seeds, progress=progress
+        )
         o1, o2, o3 = SCALING_GPUS_OTHER_BASE
         notes.append(
             f"§3.1 from the other base the paper's wording allows ({o1} -> {o2} -> {o3} "
@@ -307,10 +325,10 @@ def run(
     )
     # §3.3 PD crossover on 8 GPUs
     for model in models:
-        pts = {b: pd_point(cfg, model, b, seeds=pd_seeds, progress=progress) for b in batches}
+        pts = {b: pd_point(cfg, model, b, seeds=seeds, progress=progress) for b in batches}
         for b, p in pts.items():
             notes.append(
-                f"{model} batch {b} on {PD_GPUS} GPUs (mean of {len(pd_seeds)} seeds): "
+                f"{model} batch {b} on {PD_GPUS} GPUs (mean of {len(seeds)} seeds): "
                 f"colocated {p.colocated_s:.0f} s; "
                 + ", ".join(f"{r[0]}P{r[1]}D {s:.0f} s" for r, s in p.disaggregated_s.items())
             )
@@ -353,9 +371,10 @@ def run(
             )
     notes.append(
         "Runs are one batch at a time (rollout.max_staleness 0) on static pools; makespans "
-        "are means over the batches of one simulated hour, and the §3.3 points means over "
-        f"seeds {', '.join(f'+{s}' for s in pd_seeds)} of the config's seed (each seed's own "
-        "best split in the range; a sign the seeds disagree on is a MISS); one seed elsewhere."
+        "are means over the batches of one simulated hour, and the §3.1 cuts and §3.3 points "
+        f"means over seeds {', '.join(f'+{s}' for s in seeds)} of the config's seed "
+        "(§3.3: each seed's own best split in the range; a sign the seeds disagree on is a "
+        "MISS); the §1 share is one seed."
     )
     return ExperimentResult(
         name="facts",
