@@ -56,7 +56,6 @@ def register(app: typer.Typer) -> None:
             )
         except ValidationError as err:
             raise from_validation(err, "<argument>") from None
-        _check_names(model, gpu)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -100,19 +99,4 @@ def register(app: typer.Typer) -> None:
             f" chosen within 1% of best in {100 * (doc['choice_within_1pct'] or 0):.0f}% of cases,"
             f" within 1% or the simulation's step-to-step noise in"
             f" {100 * (doc['choice_within_1pct_or_noise'] or 0):.0f}%"
-        )
-
-
-def _check_names(model: str, gpu: str) -> None:
-    from pearl.specs import gpu_specs, model_specs
-
-    if model not in model_specs():
-        raise InputError(
-            "<argument>",
-            f"unknown model '{model}' (known: {', '.join(model_specs())})",
-            field="--model",
-        )
-    if gpu not in gpu_specs():
-        raise InputError(
-            "<argument>", f"unknown GPU '{gpu}' (known: {', '.join(gpu_specs())})", field="--gpu"
         )

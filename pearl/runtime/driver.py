@@ -23,7 +23,6 @@ from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.control.plan import config_of
 from pearl.control.state import ClusterState, Gpu, Status, Zone
-from pearl.errors import InputError
 from pearl.runtime.control_setup import build_controller, configured_policy
 from pearl.runtime.lending import TrainingLending
 from pearl.runtime.pipeline import TrainingPipeline, checkpoint_dir, load_checkpoint
@@ -120,9 +119,7 @@ class RunDriver:
             await self._shutdown()
 
     def _start_ray(self) -> None:
-        import ray
-
-        from pearl.runtime.topology import LocalCluster
+        from pearl.runtime.topology import LocalCluster, connect
 
         cfg = self.cfg.cluster
         self.cluster = None
@@ -134,14 +131,7 @@ class RunDriver:
             self.cluster.add_node("training", Zone.OVERLAP, [g.gpu_id for g in self.training_gpus])
             self.cluster.connect(namespace=f"pearl-{os.getpid()}")
         else:
-            try:
-                ray.init(address=cfg.address, namespace=f"pearl-{os.getpid()}", log_to_driver=False)
-            except ConnectionError as err:
-                raise InputError(
-                    "<argument>",
-                    f"no Ray cluster answers at {cfg.address} ({err})",
-                    field="cluster.address (--address)",
-                ) from None
+            connect(cfg.address, namespace=f"pearl-{os.getpid()}")
 
     async def _run(self, ckpt: dict[str, Any] | None) -> dict[str, Any]:
 

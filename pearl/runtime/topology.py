@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pearl.control.state import Gpu, Zone
+from pearl.errors import InputError
 
 SLOT_RESOURCE = "pearl_slot"
 GPU_RESOURCE_PREFIX = "pearl_gpu_"
@@ -310,9 +311,7 @@ class LocalCluster:
         return self._cluster.address
 
     def connect(self, namespace: str = "pearl") -> None:
-        import ray
-
-        ray.init(address=self.address, namespace=namespace, log_to_driver=False)
+        connect(self.address, namespace)
 
     def add_node(
         self, name: str, zone: Zone | str, gpu_ids: Iterable[str], *, num_cpus: int = 1
@@ -387,3 +386,18 @@ def _ensure_default_ray_dir() -> None:
         os.makedirs(get_default_ray_temp_dir(), exist_ok=True)
     except (ImportError, OSError):  # another Ray layout, or no permission: Ray will say
         pass
+
+
+def connect(address: str, namespace: str = "pearl") -> None:
+    """Join the Ray cluster at `address`; one that does not answer is an `InputError`
+    naming it (the run config's `cluster.address`, `pearl run --address`)."""
+    import ray
+
+    try:
+        ray.init(address=address, namespace=namespace, log_to_driver=False)
+    except ConnectionError as err:
+        raise InputError(
+            "<argument>",
+            f"no Ray cluster answers at {address} ({err})",
+            field="cluster.address (--address)",
+        ) from None

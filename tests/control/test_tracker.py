@@ -16,7 +16,8 @@ from pearl.control.profile import (
 )
 from pearl.control.telemetry import TurnRecord, WorkerStepRecord
 from pearl.control.telemetry_jsonl import read_jsonl
-from pearl.control.tracker import RuntimeTracker, trajectory_totals, workload_stats
+from pearl.control.tracker import RuntimeTracker
+from pearl.control.workload_stats import trajectory_totals, workload_stats
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "telemetry.jsonl"
 HW = HardwarePrior(

@@ -97,6 +97,29 @@ def _makespans(cfg: SimConfig, progress: Progress | None) -> dict[str, float]:
     return {r.name: r.summary["mean_makespan_s"] for r in res.runs}
 
 
+def _static_makespans(
+    cfg: SimConfig,
+    seed_offset: int,
+    model: str,
+    num_gpus: int,
+    policies: list[str],
+    progress: Progress | None,
+    *,
+    batch: int | None = None,
+) -> dict[str, float]:
+    """Mean batch makespan of each of `policies`, one batch at a time, on a static pool of
+    `num_gpus`, at `cfg.seed + seed_offset` (and `batch` trajectories if given)."""
+    dotted: dict[str, Any] = {
+        "seed": cfg.seed + seed_offset,
+        "cluster.model": model,
+        "trace.static_gpus": num_gpus,
+        "policies": policies,
+    }
+    if batch is not None:
+        dotted["rollout.batch_size"] = batch
+    return _makespans(_sync(cfg, **dotted), progress)
+
+
 def sync_scaling(
     cfg: SimConfig,
     model: str,
@@ -107,22 +130,13 @@ def sync_scaling(
 ) -> dict[int, float]:
     """Mean batch makespan, colocated, one batch at a time, per static pool size (the mean
     over `seeds`, offsets to `cfg.seed`: the cuts are a few percent, like the §3.3 gains)."""
-    out = {}
-    for n in gpus:
-        spans = []
-        for s in seeds:
-            c = _sync(
-                cfg,
-                **{
-                    "seed": cfg.seed + s,
-                    "cluster.model": model,
-                    "trace.static_gpus": n,
-                    "policies": ["fixed:colocated"],
-                },
-            )
-            spans.append(_makespans(c, progress)["fixed:colocated"])
-        out[n] = statistics.fmean(spans)
-    return out
+    return {
+        n: statistics.fmean(
+            _static_makespans(cfg, s, model, n, ["fixed:colocated"], progress)["fixed:colocated"]
+            for s in seeds
+        )
+        for n in gpus
+    }
 
 
 def pd_point(
@@ -138,17 +152,7 @@ def pd_point(
     names = ["fixed:colocated", *(f"fixed:disagg:{p}:{d}" for p, d in PD_RATIOS)]
     points = []
     for s in seeds:
-        c = _sync(
-            cfg,
-            **{
-                "seed": cfg.seed + s,
-                "cluster.model": model,
-                "trace.static_gpus": PD_GPUS,
-                "rollout.batch_size": batch,
-                "policies": names,
-            },
-        )
-        m = _makespans(c, progress)
+        m = _static_makespans(cfg, s, model, PD_GPUS, names, progress, batch=batch)
         points.append(
             PdPoint(
                 batch,
