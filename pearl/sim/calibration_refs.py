@@ -195,7 +195,15 @@ _VIDUR_H100 = (
     "github.com/microsoft/vidur data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv "
     "(commit 7d47513), tp 1, sum of the per-layer medians of every operator but attention"
 )
-_VIDUR_DENSE_MS = {1: 0.176, 32: 0.183, 256: 0.289, 1024: 0.664, 4096: 2.623}
+_VIDUR_DENSE_MS = {
+    1: 0.176,
+    32: 0.183,
+    128: 0.201,
+    256: 0.289,
+    512: 0.379,
+    1024: 0.664,
+    4096: 2.623,
+}
 
 
 @cache
@@ -326,17 +334,9 @@ REFERENCES: tuple[Reference, ...] = (
     ),
     _vidur_row(1, "decode iteration, one sequence: dense layers (weight read)"),
     _vidur_row(32, "decode iteration, 32 sequences: dense layers"),
-    _vidur_row(
-        256,
-        "iteration of 256 tokens: dense layers at the roofline's knee",
-        known_miss=(
-            "at the knee the GEMMs saturate neither bandwidth nor compute (and the "
-            "256-token up-projection runs at the 512-token one's time, a tile effect), so "
-            "the roofline's max is 23% optimistic there; the world's iterations seldom sit "
-            "there: decode-only ones carry the running sequences (tens), a turn's prefill "
-            "chunks thousands of tokens"
-        ),
-    ),
+    _vidur_row(128, "iteration of 128 tokens: dense layers below the roofline's knee"),
+    _vidur_row(256, "iteration of 256 tokens: dense layers at the roofline's knee"),
+    _vidur_row(512, "iteration of 512 tokens: dense layers above the roofline's knee"),
     _vidur_row(1024, "prefill chunk of 1,024 tokens: dense layers"),
     _vidur_row(4096, "prefill chunk of 4,096 tokens: dense layers (compute side)"),
     _decode_attention_row(8, 4032),

@@ -13,26 +13,49 @@ from pearl.specs.hardware import GpuSpec
 
 
 def test_decode_step_is_memory_bound_and_hand_computed():
-    """One decode token at context 1000: weights (minus the input embedding) plus KV read."""
+    """One decode token at context 1000: the dense layers on their smooth roofline (weights
+    minus the input embedding against linear + LM-head flops), plus the KV read."""
     hw = toy()
-    # flops: 2*100e6 + LM head 2*1e6 + attention 4*10*100*10*1000 = 2.42e8 -> 0.242 ms
-    # bytes: (204e6 - 2e6) + 8000 * (1000 + 1) = 210.008e6 -> 2.10008 ms at 1e11 B/s
-    assert hw.decode_step_time_s(1, 1000) == pytest.approx(2.10008e-3, rel=1e-12)
+    # dense: flops 2*100e6 + LM head 2*1e6 = 2.02e8 -> 0.202 ms at 1e12 FLOP/s;
+    #        bytes 204e6 - 2e6 = 202e6 -> 2.02 ms at 1e11 B/s; hypot -> 2.030075 ms
+    # attention: flops 4*10*100*10*1000 -> 0.04 ms; bytes 8000 * (1000 + 1) -> 0.08008 ms
+    dense = math.hypot(0.202e-3, 2.02e-3)
+    assert hw.decode_step_time_s(1, 1000) == pytest.approx(dense + 0.08008e-3, rel=1e-12)
 
 
 def test_prefill_is_compute_bound_and_hand_computed():
     """A 1000-token prompt: linear flops plus causal attention over 500500 pairs."""
     hw = toy()
-    # flops: 2e8 * 1000 + 2e6 (one sampled token) + 4e4 * 500500 = 2.20022e11 -> 0.220022 s
-    assert hw.prefill_time_s(1000) == pytest.approx(0.220022, rel=1e-12)
+    weights = 202e6 / 1e11  # the dense layers' memory side, 2.02 ms
+    # dense flops 2e8 * 1000 + 2e6 (one sampled token); attention 4e4 * 500500 flops
+    expected = math.hypot((2e8 * 1000 + 2e6) / 1e12, weights) + 4e4 * 500500 / 1e12
+    assert hw.prefill_time_s(1000) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(0.220022, rel=1e-4)  # ~ the compute side alone
     # With 600 cached tokens only 400 are computed, attending to 600 + (1..400) positions.
     pairs = 400 * 600 + 400 * 401 / 2
-    expected = (2e8 * 400 + 2e6 + 4e4 * pairs) / 1e12
+    expected = math.hypot((2e8 * 400 + 2e6) / 1e12, weights) + 4e4 * pairs / 1e12
     assert hw.prefill_time_s(400, cached_tokens=600) == pytest.approx(expected, rel=1e-12)
 
 
+def test_dense_roofline_is_smooth_at_the_knee_and_the_max_away_from_it():
+    """The dense layers' time is the root of the sum of squares of their compute and memory
+    sides: sqrt(2) times either at the balance point, within 1% of the larger away from it."""
+    hw = toy()
+    weights = hw.weight_bytes_read(1) / hw.memory_rate
+
+    def sides(n: int) -> tuple[float, float]:
+        return hw.flops_per_token * n / hw.compute_rate, hw.weight_bytes_read(n) / hw.memory_rate
+
+    knee = round(weights * hw.compute_rate / hw.flops_per_token)  # compute side = memory side
+    c, m = sides(knee)
+    assert hw.dense_time_s(knee) == pytest.approx(math.sqrt(2) * max(c, m), rel=0.01)
+    for n in (1, knee // 8, knee * 8):
+        c, m = sides(n)
+        assert max(c, m) <= hw.dense_time_s(n) <= 1.01 * max(c, m)
+
+
 def test_overheads_add_per_iteration_and_per_sequence():
-    """Fixed overhead per iteration and per sampled sequence, on top of max(compute, memory)."""
+    """Fixed overhead per iteration and per sampled sequence, on top of the rooflines."""
     p = HardwareParams(
         compute_efficiency=1.0,
         memory_efficiency=1.0,

@@ -2,6 +2,8 @@
 decode timing, chunked prefill, disaggregated KV transfer, prefix-cache hits, and the
 wake-ups the worker asks the event loop for."""
 
+import math
+
 import pytest
 from sim_toys import toy
 
@@ -17,9 +19,13 @@ def test_one_request_alone_on_one_worker():
     """Prefill of the whole prompt (samples token 1), then 99 decode steps, by hand."""
     w = InferenceWorker("w", toy())
     [c] = run(w, [(0.0, Request(7, 0, 1000, 100))])
-    prefill = 0.220022  # see test_hardware: compute-bound, 2.20022e11 flops at 1e12
-    # decode step n reads weights 202e6 B + KV 8000 * (1000 + n + 1) B at 1e11 B/s, n = 0..98
-    decode = sum((202e6 + 8000 * (1000 + n + 1)) / 1e11 for n in range(99))
+    # see test_hardware: the dense layers on their smooth roofline (compute side 2.00002e11
+    # flops at 1e12, memory side 202e6 B at 1e11) + the prompt's attention, 2.002e10 flops
+    prefill = math.hypot(0.200002, 2.02e-3) + 0.02002
+    # decode step n: dense hypot(2.02e8 flops at 1e12, 202e6 B at 1e11) + the KV read of
+    # 8000 * (1000 + n + 1) B at 1e11 B/s, n = 0..98
+    dense = math.hypot(2.02e-4, 2.02e-3)
+    decode = sum(dense + 8000 * (1000 + n + 1) / 1e11 for n in range(99))
     assert c.t_prefill_end_s == pytest.approx(prefill, rel=1e-12)
     assert c.t_decode_end_s == pytest.approx(prefill + decode, rel=1e-12)
     assert (c.generated_tokens, c.decode_steps, c.new_prefill_tokens) == (100, 99, 1000)
@@ -48,10 +54,10 @@ def test_prefill_interrupts_decode():
         n += 1
     assert b.t_prefill_start_s == pytest.approx(t, rel=1e-12)
     # the mixed iteration: B's 3000-token prompt (one chunk) + A's decode token at 1000+n,
-    # each operator group on its own roofline: dense layers (compute-bound: 3001 tokens,
-    # 2 logits), the chunk's attention (compute-bound), A's attention (memory-bound: its
-    # KV read of 1000+n tokens plus the one it writes)
-    linear = (2e8 * 3001 + 2e6 * 2) / 1e12
+    # each operator group on its own roofline: dense layers (3001 tokens, 2 logits, their
+    # smooth roofline, near the compute side), the chunk's attention (compute-bound), A's
+    # attention (memory-bound: its KV read of 1000+n tokens plus the one it writes)
+    linear = math.hypot((2e8 * 3001 + 2e6 * 2) / 1e12, 202e6 / 1e11)
     chunk_attention = 4e4 * (3000 * 3001 / 2) / 1e12
     decode_attention = 8000 * (1000 + n + 1) / 1e11
     mixed = linear + chunk_attention + decode_attention

@@ -10,12 +10,18 @@ operator groups, each bound by its own roofline (as Vidur times operators one by
 as a real engine runs them: the dense layers as one GEMM over every token of the batch,
 then the prefill chunks' attention, then the decodes' attention, each its own kernel):
 
-    t = max(linear flops / C, weight bytes / M)              dense layers + LM head
+    t = hypot(linear flops / C, weight bytes / M)            dense layers + LM head
       + max(prefill attention flops / C, prefix KV bytes / M)  prefill chunks
       + max(decode attention flops / C, decode KV bytes / M)   decoding sequences
       + tp_comm + overhead_s + per_seq_overhead_s * num_seqs
 
-with C = eff_compute * peak_flops and M = eff_memory * hbm_bw. So a decode riding in a
+with C = eff_compute * peak_flops and M = eff_memory * hbm_bw. The dense layers' roofline
+is smooth, the root of the sum of the squares of its two sides: GEMMs near the balance point
+(a few hundred tokens) saturate neither side, and over Vidur's whole H100 profile of
+Llama-2-7B's dense operators (1 to 4,096 tokens) that form has the least error of the
+p-norms: RMS log error 0.069 against 0.114 for the plain max, which was up to 32% fast
+(216 tokens) and more than 15% off at 41 of the 259 token counts profiled, against 3 (none
+beyond 16%) for this form. Far from the knee it equals the max within 1%. So a decode riding in a
 prefill chunk's iteration shares the weight read and the GEMM, but its KV read is not
 hidden under the chunk's compute: colocated prefill and decode interfere as in a real
 engine (Sarathi-Serve's hybrid batches), not as one ideally overlapped kernel.
@@ -38,6 +44,7 @@ NIC bandwidth across nodes).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from pearl.sim.physics.linear_sums import fit_linear, sum_max_linear
@@ -238,9 +245,11 @@ class WorkerHardware:
 
     def dense_time_s(self, num_tokens: int, num_logits: int = 0) -> float:
         """The dense layers (and the LM head for `num_logits` sampled positions) over an
-        iteration's `num_tokens` tokens: one GEMM group on its own roofline."""
+        iteration's `num_tokens` tokens: one GEMM group on its own (smooth) roofline."""
         flops = self.flops_per_token * num_tokens + self.flops_per_logit * num_logits
-        return max(flops / self.compute_rate, self.weight_bytes_read(num_tokens) / self.memory_rate)
+        return math.hypot(
+            flops / self.compute_rate, self.weight_bytes_read(num_tokens) / self.memory_rate
+        )
 
     def prefill_attention_time_s(
         self, pairs: float, prefix_tokens: int, chunk_tokens: int
