@@ -23,10 +23,11 @@ p-norms: RMS log error 0.069 against 0.114 for the plain max, which was up to 32
 (216 tokens) and more than 15% off at 41 of the 259 token counts profiled, against 3 (none
 beyond 16%) for this form; on Vidur's H100 profiles of four larger models (20-72B) at tp 1
 and 2 it is closer than the max too (docs/simulator-model.md). Far from the knee it equals
-the max within 1%. So a decode riding in a
-prefill chunk's iteration shares the weight read and the GEMM, but its KV read is not
-hidden under the chunk's compute: colocated prefill and decode interfere as in a real
-engine (Sarathi-Serve's hybrid batches), not as one ideally overlapped kernel.
+the max within 1%.
+
+So a decode riding in a prefill chunk's iteration shares the weight read and the GEMM, but
+its KV read is not hidden under the chunk's compute: colocated prefill and decode interfere
+as in a real engine (Sarathi-Serve's hybrid batches), not as one ideally overlapped kernel.
 
 - flops: 2 * (active params without embeddings) per token (dense, or MoE active experts),
   2 * vocab * hidden per sampled token (only the last position of a sequence gets logits),
