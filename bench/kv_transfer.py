@@ -218,7 +218,8 @@ def run_placement(
     and the pipelined runs grow the pool before timing: the timed transfers reuse it."""
     import ray
 
-    from pearl.runtime.topology import LocalCluster, worker_options
+    from pearl.runtime.local_cluster import LocalCluster
+    from pearl.runtime.topology import worker_options
 
     pooled = transport != "object_store"
     store = 2048 * 1024**2

@@ -49,8 +49,8 @@ def wait_steps(worker, num_steps: int) -> None:
 def run(repeats: int) -> dict[str, str]:
     import ray
 
+    from pearl.runtime.local_cluster import LocalCluster
     from pearl.runtime.snapshots import get_registry, publish_weights
-    from pearl.runtime.topology import LocalCluster
     from pearl.runtime.worker.rollout_worker import start_worker
 
     out: dict[str, str] = {}

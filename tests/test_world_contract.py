@@ -268,7 +268,7 @@ def test_simulated_world_interrupts_a_reclaimed_route_and_resumes_it(
 def cluster():
     pytest.importorskip("ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from pearl.runtime.topology import LocalCluster
+    from pearl.runtime.local_cluster import LocalCluster
 
     c = LocalCluster(head_cpus=1)
     c.add_node("dedicated", Zone.DEDICATED, ["d0"])

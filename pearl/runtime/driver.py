@@ -119,7 +119,7 @@ class RunDriver:
             await self._shutdown()
 
     def _start_ray(self) -> None:
-        from pearl.runtime.topology import LocalCluster, connect
+        from pearl.runtime.local_cluster import LocalCluster, connect
 
         cfg = self.cfg.cluster
         self.cluster = None

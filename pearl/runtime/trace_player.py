@@ -24,7 +24,7 @@ from pearl.traces import load_trace
 from pearl.traces.availability import AvailabilityTrace
 
 if TYPE_CHECKING:
-    from pearl.runtime.topology import LocalCluster
+    from pearl.runtime.local_cluster import LocalCluster
 
 
 @dataclass(frozen=True, order=True)

@@ -151,7 +151,7 @@ def ray_cluster():
     import os
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from pearl.runtime.topology import LocalCluster
+    from pearl.runtime.local_cluster import LocalCluster
 
     c = LocalCluster(head_cpus=1)
     c.connect()

@@ -37,7 +37,7 @@ def _prompt(i: int, n: int = 20) -> tuple[int, ...]:
 def cluster():
     pytest.importorskip("ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from pearl.runtime.topology import LocalCluster
+    from pearl.runtime.local_cluster import LocalCluster
 
     c = LocalCluster(head_cpus=1)
     c.add_node("training", Zone.OVERLAP, ["t0", "t1", "t2"])

@@ -39,7 +39,7 @@ def _prompt(i: int, n: int = 40) -> tuple[int, ...]:
 def cluster():
     pytest.importorskip("ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from pearl.runtime.topology import LocalCluster
+    from pearl.runtime.local_cluster import LocalCluster
 
     c = LocalCluster(head_cpus=1)
     c.add_node("dedicated", Zone.DEDICATED, ["d0", "d1"])

@@ -34,7 +34,7 @@ from ._worker_helpers import (
 def cluster():
     pytest.importorskip("ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from pearl.runtime.topology import LocalCluster
+    from pearl.runtime.local_cluster import LocalCluster
 
     c = LocalCluster(head_cpus=1, head_gpu_ids=("d0", "d1"))
     c.add_node("pre", Zone.PREEMPTIBLE, ["p0", "p1"])

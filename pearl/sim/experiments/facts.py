@@ -244,17 +244,11 @@ def run(
                 f"pearl simulate --static-gpus {c} --policies fixed:colocated --set {SYNC}",
             )
         )
-    if len(scaling_gpus) >= 3:
-        share_cfg = _sync(
-            cfg,
-            **{
-                "cluster.model": "qwen3-8b",
-                "trace.static_gpus": SHARE_GPUS,
-                "policies": ["fixed:colocated"],
-            },
-        )
-        roll = _makespans(share_cfg, progress)["fixed:colocated"]
-        step = train_step_s(share_cfg)
+        # §1 (one seed): the rollout share of a sync step on 4x the training GPUs
+        roll = _static_makespans(cfg, 0, "qwen3-8b", SHARE_GPUS, ["fixed:colocated"], progress)[
+            "fixed:colocated"
+        ]
+        step = train_step_s(cfg.with_updates(**{"cluster.model": "qwen3-8b"}))
         share = roll / (roll + step)
         rows.append(
             _row(
