@@ -28,6 +28,7 @@ from pearl.specs import get_gpu, get_model
 # sequences for the offline LLM class, 8,192 / 1,024 for the API server; other GPUs
 # 8,192 / 256 and 2,048 / 256.
 VLLM_API_SERVER_SMALL_GPU = WorkerConfig(max_batched_tokens=2048, max_num_seqs=256)
+VLLM_API_SERVER_LARGE_GPU = WorkerConfig(max_batched_tokens=8192, max_num_seqs=1024)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class Serving:
     """Outcome of a closed-loop serving benchmark on one simulated worker."""
 
     concurrency: int
+    duration_s: float  # from the first request sent to the last one finished
     output_tokens_per_s: float  # all requests' generated tokens / wall time
     mean_tpot_s: float  # per request: (end - first token) / (output tokens - 1)
     mean_ttft_s: float
@@ -82,6 +84,7 @@ def closed_loop_serving(
             tpots.append((c.t_end_s - c.t_prefill_end_s) / (c.generated_tokens - 1))
     return Serving(
         concurrency=concurrency,
+        duration_s=end,
         output_tokens_per_s=tokens / end,
         mean_tpot_s=sum(tpots) / len(tpots),
         mean_ttft_s=sum(ttfts) / len(ttfts),
@@ -309,6 +312,95 @@ def _prefill_attention_tflops() -> float:
     return hw.attn_flops_per_pair * pairs / t / 1e12
 
 
+# GPUStack's performance lab runs vLLM v0.11.0 (`vllm serve MODEL`, its defaults: chunked
+# prefill with an 8,192-token budget, 1,024 sequences, prefix caching, 0.9 of the device
+# memory) under `vllm bench serve --backend openai-chat`. Two kinds of run:
+# * Qwen3-8B on one H100 SXM, ShareGPT prompts one request at a time (233 tokens in and 221
+#   out on average): a decode step of the rollout model on the world's GPU.
+# * Qwen3-14B and Qwen3-32B, random prompts, every request sent at once: prefill chunks
+#   and decodes share iterations, and KV memory bounds how many requests run, which is the
+#   whole engine the world models (chunked prefill interleaved with decode). The 14B page
+#   names "a single NVIDIA H100 SXM GPU", the 32B page "NVIDIA H100 GPUs". Their decode
+#   steps are those of an H100 PCIe: the 32B run decodes one request at a time at 32K tokens
+#   (its KV pool holds one), 43.4 ms a token, which is 73 GB of weights and KV at 0.82 of
+#   the PCIe card's 2.0 TB/s, where an SXM's 3.35 TB/s would take 27 ms; on the SXM the
+#   model would be 1.6x fast on all six runs alike, against 3% on the 8B's SXM decode. So
+#   the runs are compared on an H100 PCIe (756 TFLOP/s, 2.0 TB/s), with the SXM's
+#   efficiencies. The 32B runs also need the driver's 81,559 MiB: with 80e9 bytes the
+#   world leaves Qwen3-32B 17K KV tokens, too few for one of its 32K-token requests.
+_GPUSTACK = (
+    "GPUStack performance lab, github.com/gpustack/gpustack docs/performance-lab/"
+    "{page}.md (vLLM v0.11.0 baseline, `vllm bench serve`): {what}"
+)
+_GPUSTACK_SERVING = {  # (model, requests, prompt, output tokens): benchmark duration, s
+    ("qwen3-14b", 100, 32000, 99): 386.80,
+    ("qwen3-14b", 500, 3996, 200): 227.57,
+    ("qwen3-14b", 500, 1996, 100): 98.91,
+    ("qwen3-32b", 100, 32000, 77): 1157.25,
+    ("qwen3-32b", 500, 3996, 200): 976.29,
+    ("qwen3-32b", 500, 1996, 100): 328.04,
+}
+
+
+@cache
+def _all_at_once(model: str, gpu: str, requests: int, prompt: int, output: int) -> Serving:
+    return closed_loop_serving(
+        WorkerHardware(get_model(model), get_gpu(gpu)),
+        concurrency=requests,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        num_requests=requests,
+        config=VLLM_API_SERVER_LARGE_GPU,
+    )
+
+
+_GPUSTACK_PREFILL_MISS = (
+    "the model runs this mix {pct} faster than measured. The decode rows of the same pages "
+    "are within 5%, and the 32B 32K run, one request at a time, splits cleanly: a 32K-token "
+    "prefill takes 8.27 s measured (11.57 s a request less 76 steps of 43.4 ms) against "
+    "6.78 s modelled, i.e. the card sustains 0.50 of its 756 TFLOP/s where the model uses "
+    "the SXM's 0.60; a 350 W PCIe card holding lower clocks would explain it, but no "
+    "measurement of the PCIe card pins its efficiency, so the SXM's stays"
+)
+
+
+def _gpustack_row(
+    model: str, requests: int, prompt: int, output: int, known_miss: str = ""
+) -> Reference:
+    size = model.removeprefix("qwen3-")
+    return Reference(
+        key=f"serving_{size}_{prompt}",
+        what=f"serving run, {requests} requests of {prompt:,} tokens in, {output} out, all "
+        "sent at once: benchmark duration",
+        setting=f"Qwen3-{size.upper()} bf16, one H100 PCIe (see the source), vLLM 0.11 "
+        "`vllm serve` defaults",
+        source=_GPUSTACK.format(
+            page=f"qwen3-{size}/h100",
+            what=f"random {prompt // 1000}K-input run, 'Benchmark duration (s)'",
+        ),
+        measured=_GPUSTACK_SERVING[(model, requests, prompt, output)],
+        unit="s",
+        model=lambda: _all_at_once(model, "h100-pcie", requests, prompt, output).duration_s,
+        known_miss=known_miss,
+    )
+
+
+def _qwen3_8b_tpot_ms() -> float:
+    serving = closed_loop_serving(
+        WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm")),
+        concurrency=1,
+        prompt_tokens=233,
+        output_tokens=221,
+        num_requests=5,
+        config=VLLM_API_SERVER_LARGE_GPU,
+    )
+    return serving.mean_tpot_s * 1e3
+
+
+def _qwen3_32b_decode_ms() -> float:
+    return _all_at_once("qwen3-32b", "h100-pcie", 100, 32000, 77).mean_tpot_s * 1e3
+
+
 def _efficiency(gpu: str, index: int) -> Callable[[], float]:
     return lambda: DEFAULT_EFFICIENCY[gpu][index]
 
@@ -361,6 +453,37 @@ REFERENCES: tuple[Reference, ...] = (
     ),
     _decode_attention_row(32, 2048),
     _decode_attention_row(32, 4032),
+    Reference(
+        key="decode_qwen3_8b_h100",
+        what="decode step of the rollout model, one request at a time (mean TPOT)",
+        setting="Qwen3-8B bf16, one H100 SXM, vLLM 0.11 `vllm serve`, ShareGPT prompts "
+        "(233 tokens in, 221 out on average)",
+        source=_GPUSTACK.format(
+            page="qwen3-8b/h100-latency",
+            what="baseline BS=1, 'Mean TPOT (ms): 7.28'",
+        ),
+        measured=7.28,
+        unit="ms",
+        model=_qwen3_8b_tpot_ms,
+    ),
+    Reference(
+        key="decode_qwen3_32b_32k",
+        what="decode at 32K tokens of context, one request at a time (its KV pool holds "
+        "one): mean TPOT; this row identifies the card",
+        setting="Qwen3-32B bf16, one H100 PCIe, vLLM 0.11 `vllm serve` defaults",
+        source=_GPUSTACK.format(
+            page="qwen3-32b/h100", what="random 32K-input run, 'Mean TPOT (ms): 43.42'"
+        ),
+        measured=43.42,
+        unit="ms",
+        model=_qwen3_32b_decode_ms,
+    ),
+    _gpustack_row("qwen3-14b", 100, 32000, 99, known_miss=_GPUSTACK_PREFILL_MISS.format(pct="15%")),
+    _gpustack_row("qwen3-14b", 500, 3996, 200),
+    _gpustack_row("qwen3-14b", 500, 1996, 100, known_miss=_GPUSTACK_PREFILL_MISS.format(pct="21%")),
+    _gpustack_row("qwen3-32b", 100, 32000, 77),
+    _gpustack_row("qwen3-32b", 500, 3996, 200),
+    _gpustack_row("qwen3-32b", 500, 1996, 100, known_miss=_GPUSTACK_PREFILL_MISS.format(pct="16%")),
     Reference(
         key="prefill_attention_h100",
         what="prefill attention throughput over a long prefix",

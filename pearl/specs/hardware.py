@@ -24,7 +24,9 @@ class GpuSpec(BaseModel):
     name: str = Field(description="Short name, e.g. 'h100-sxm'.")
     bf16_tflops: float = Field(gt=0, description="Peak dense bf16 TFLOP/s.")
     hbm_tb_s: float = Field(gt=0, description="Peak HBM bandwidth in TB/s.")
-    hbm_gb: float = Field(gt=0, description="HBM capacity in GB (1e9 bytes).")
+    hbm_gb: float = Field(
+        gt=0, description="Device memory in GB (1e9 bytes) as the driver reports it."
+    )
     nvlink_gb_s_per_dir: float = Field(gt=0, description="NVLink GB/s per direction.")
 
     @property

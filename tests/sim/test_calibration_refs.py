@@ -66,6 +66,39 @@ def test_llama2_reference_spec_is_consistent(name) -> None:
     assert m.kv_bytes_per_token_bf16 == 2 * layers * m.num_key_value_heads * m.head_dim * 2
 
 
+@pytest.mark.parametrize("name", ["qwen3-8b", "qwen3-14b", "qwen3-32b"])
+def test_qwen3_dense_spec_is_consistent(name) -> None:
+    """The GPUStack rows' models (and the rollout model): parameters and KV bytes follow
+    from their config fields (Qwen3 adds an RMSNorm on q and on k per head)."""
+    m = get_model(name)
+    h, f, layers, d = m.hidden_size, m.intermediate_size, m.num_hidden_layers, m.head_dim
+    assert f is not None
+    q, kv = m.num_attention_heads * d, m.num_key_value_heads * d
+    per_layer = 2 * h * q + 2 * h * kv + 3 * h * f + 2 * h + 2 * d
+    embeddings = 2 * m.vocab_size * h  # untied
+    assert m.params_total == layers * per_layer + h + embeddings
+    assert m.weight_bytes_bf16 == 2 * m.params_total
+    assert m.kv_bytes_per_token_bf16 == 2 * layers * kv * 2
+
+
+def test_serving_rows_decode_within_and_need_the_drivers_memory() -> None:
+    """The GPUStack pages' decode rows (the card's signature) are within 10%, every serving
+    run within 25% (the known misses are the model being fast), and Qwen3-32B's 32K-token
+    requests fit one H100 only with the memory the driver reports, not 80e9 bytes."""
+    rows = {r.key: r.evaluate() for r in REFERENCES}
+    for key in ("decode_qwen3_8b_h100", "decode_qwen3_32b_32k"):
+        assert 0.9 < rows[key].ratio < 1.1, rows[key].row()
+    serving = [v for k, v in rows.items() if k.startswith("serving_")]
+    assert len(serving) == 6
+    for v in serving:
+        assert 0.75 < v.ratio < 1.15, v.row()
+    gpu = get_gpu("h100-pcie")
+    hw = WorkerHardware(get_model("qwen3-32b"), gpu)
+    assert hw.kv_capacity_tokens > 32_077
+    small = WorkerHardware(get_model("qwen3-32b"), gpu.model_copy(update={"hbm_gb": 80.0}))
+    assert small.kv_capacity_tokens < 32_077
+
+
 def test_decode_attention_rows_grow_with_batch_and_context() -> None:
     """The decode attention rows span the batch (8-128) and the context (1-4K tokens) of
     Vidur's A100 profile; the model's KV read grows linearly in both, and away from the two

@@ -67,6 +67,7 @@ from pearl.specs.hardware import GpuSpec, ModelSpec
 #   kernels sit at the low end.
 DEFAULT_EFFICIENCY: dict[str, tuple[float, float]] = {
     "h100-sxm": (0.60, 0.82),
+    "h100-pcie": (0.60, 0.82),  # the SXM's figures: same chip, no measurement of its own
     "h800": (0.60, 0.82),
     "h200": (0.60, 0.82),
     "h20": (0.65, 0.82),
