@@ -83,15 +83,18 @@ def test_qwen3_dense_spec_is_consistent(name) -> None:
 
 def test_serving_rows_decode_within_and_need_the_drivers_memory() -> None:
     """The GPUStack pages' decode rows (the card's signature) are within 10%, every serving
-    run within 25% (the known misses are the model being fast), and Qwen3-32B's 32K-token
-    requests fit one H100 only with the memory the driver reports, not 80e9 bytes."""
+    run within 25%, Qwen3-14B's on the A100 within 10%, and Qwen3-32B's 32K-token requests
+    fit one H100 only with the memory the driver reports, not 80e9 bytes."""
     rows = {r.key: r.evaluate() for r in REFERENCES}
     for key in ("decode_qwen3_8b_h100", "decode_qwen3_32b_32k"):
         assert 0.9 < rows[key].ratio < 1.1, rows[key].row()
-    serving = [v for k, v in rows.items() if k.startswith("serving_")]
-    assert len(serving) == 6
-    for v in serving:
-        assert 0.75 < v.ratio < 1.15, v.row()
+    serving = {k: v for k, v in rows.items() if k.startswith("serving_")}
+    assert len(serving) == 12
+    for v in serving.values():
+        assert 0.75 < v.ratio < 1.25, v.row()
+    # Qwen3-14B on an A100 80GB, where KV rarely binds: every run within 10%.
+    for key in ("serving_14b_a100_32000", "serving_14b_a100_3996", "serving_14b_a100_1996"):
+        assert 0.9 < serving[key].ratio < 1.1, serving[key].row()
     gpu = get_gpu("h100-pcie")
     hw = WorkerHardware(get_model("qwen3-32b"), gpu)
     assert hw.kv_capacity_tokens > 32_077
