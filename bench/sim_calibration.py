@@ -77,9 +77,10 @@ def main() -> None:
         "prefill+decode iteration was found; GPUStack's whole vLLM 0.11 serving runs mix "
         "them, and the world's worker replays each with every request sent at once: "
         "Qwen3-14B on an A100 80GB within 7% of the measured durations (2K-32K prompts), "
-        "Qwen3-32B on the same card 17-23% slow (it leaves 37K KV tokens, and vLLM 0.11 "
+        "Qwen3-32B on the same card 17-23% slow (it leaves 37K KV tokens; vLLM 0.11 "
         "admitted a request on its first chunk where the world, like vLLM 0.32, reserves "
-        "the whole prompt), and the H100 pages' runs, whose decode steps are an H100 "
+        "the whole prompt, which explains part of it), and the H100 pages' runs, whose "
+        "decode steps are an H100 "
         "PCIe's, 0.79-0.89 of measured on that card (its prefill sustains 0.50 of peak "
         "against the model's 0.60). Device memory is what the driver reports (81,559 MiB "
         "on an H100 80GB); without it Qwen3-32B's 32K-token requests would not fit.",

@@ -375,14 +375,14 @@ _GPUSTACK_PREFILL_MISS = (
     "measurement of the PCIe card pins its efficiency, so the SXM's stays"
 )
 _GPUSTACK_ADMISSION_MISS = (
-    "the model is {pct} slow, likely from admission: Qwen3-32B leaves one A100 37K KV "
-    "tokens, and vLLM 0.11 admitted a waiting request once its first 2,048-token chunk fit, "
-    "so the next request prefilled beside the one decoding (the 32K run decodes at 67.9 ms "
-    "a token, where a lone decode step is 45 ms), while the world reserves the whole prompt "
-    "at admission, as vLLM 0.32 does by default (`scheduler_reserve_full_isl`). Where "
-    "admission rarely binds (Qwen3-14B on the same card, 279K KV tokens) the rows are "
-    "within 7%, and on the H100 pages' 8,192-token chunks a first chunk needs as much KV as "
-    "these whole prompts or more than the 32K run leaves free"
+    "the model is {pct} slow. Qwen3-32B leaves one A100 37K KV tokens, so admission matters: "
+    "vLLM 0.11 admitted a request once its first 2,048-token chunk fit, so the next request "
+    "prefilled beside the one decoding (the 32K run decodes at 67.9 ms a token, a lone "
+    "decode step being 45 ms), where the world reserves the whole prompt as vLLM 0.32 does. "
+    "A one-off emulation of vLLM 0.11 (first-chunk admission, a preempted request's KV kept "
+    "in the prefix cache, no watermark) gives 60.9 ms a token there but leaves the "
+    "durations 12-19% slow, so the rest is unexplained: the 32B's wider GEMMs may run nearer "
+    "peak than the one A100 efficiency the model uses (its 14B rows are within 7%)"
 )
 
 
