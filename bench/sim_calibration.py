@@ -82,7 +82,7 @@ def main() -> None:
         "the whole prompt, which explains part of it), and the H100 pages' runs, whose "
         "decode steps are an H100 "
         "PCIe's, 0.79-0.89 of measured on that card (its prefill sustains 0.50 of peak "
-        "against the model's 0.60). Device memory is what the driver reports (81,559 MiB "
+        "against the model's 0.60). Device memory is what CUDA reports (81,089 MiB "
         "on an H100 80GB); without it Qwen3-32B's 32K-token requests would not fit.",
         "",
         "### The paper's §3 facts",

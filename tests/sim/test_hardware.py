@@ -135,7 +135,7 @@ def test_kv_capacity_is_hbm_minus_weights_and_reserves():
     m8 = get_model("qwen3-8b")
     h100 = get_gpu("h100-sxm")
     hw8 = WorkerHardware(m8, h100)
-    assert hw8.kv_capacity_tokens == int((85.52e9 * 0.9 - 2e9 - m8.weight_bytes_bf16) // 147456)
+    assert hw8.kv_capacity_tokens == int((85.03e9 * 0.9 - 2e9 - m8.weight_bytes_bf16) // 147456)
     # Qwen3-30B-A3B barely fits one H100 (61 GB of weights): a small KV pool; tp=2 is large.
     moe1 = WorkerHardware(get_model("qwen3-30b-a3b"), h100)
     moe2 = WorkerHardware(get_model("qwen3-30b-a3b"), h100, tp=2)
@@ -144,9 +144,10 @@ def test_kv_capacity_is_hbm_minus_weights_and_reserves():
 
 
 def test_device_memory_is_what_the_driver_reports():
-    """vLLM's gpu_memory_utilization is a fraction of the memory the driver reports
-    (nvidia-smi memory.total): 81,559 MiB on an H100 80GB HBM3, not 80e9 bytes."""
-    assert get_gpu("h100-sxm").hbm_bytes == pytest.approx(81_559 * 2**20, rel=1e-4)
+    """vLLM's gpu_memory_utilization is a fraction of the memory CUDA reports: 81,089 MiB
+    on an H100 80GB HBM3, not 80e9 bytes (nvidia-smi's memory.total where no CUDA figure
+    was found)."""
+    assert get_gpu("h100-sxm").hbm_bytes == pytest.approx(81_089 * 2**20, rel=1e-4)
     assert get_gpu("h200").hbm_bytes == pytest.approx(143_771 * 2**20, rel=1e-4)
     assert get_gpu("a100-80g").hbm_bytes == pytest.approx(81_920 * 2**20, rel=1e-4)
 
