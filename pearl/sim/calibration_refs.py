@@ -8,7 +8,7 @@ printed by `python -m bench.sim_calibration` and pinned by tests/sim/test_calibr
 
 Where the measured setting is a serving benchmark (requests of fixed lengths kept at a
 fixed concurrency), the model runs the same closed loop on one simulated worker
-(`closed_loop_serving`), so prefill chunks interleave with decodes as in the benchmark.
+(`pearl.sim.serving_replay`), so prefill chunks interleave with decodes as in the benchmark.
 """
 
 from __future__ import annotations
@@ -17,78 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-from pearl.control.state import Role
-from pearl.sim.physics.inference import InferenceWorker
-from pearl.sim.physics.inference_types import Completion, Request, WorkerConfig
 from pearl.sim.physics.iteration import DEFAULT_EFFICIENCY, WorkerHardware
+from pearl.sim.serving_replay import (
+    VLLM_API_SERVER_LARGE_GPU,
+    VLLM_API_SERVER_SMALL_GPU,
+    Serving,
+    closed_loop_serving,
+)
 from pearl.specs import get_gpu, get_model
-
-# vLLM's own defaults per GPU class (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults,
-# vLLM 0.8-0.11): GPUs with >= 70 GiB that are not A100 get a 16,384-token budget and 1,024
-# sequences for the offline LLM class, 8,192 / 1,024 for the API server; other GPUs
-# 8,192 / 256 and 2,048 / 256.
-VLLM_API_SERVER_SMALL_GPU = WorkerConfig(max_batched_tokens=2048, max_num_seqs=256)
-VLLM_API_SERVER_LARGE_GPU = WorkerConfig(max_batched_tokens=8192, max_num_seqs=1024)
-
-
-@dataclass(frozen=True, slots=True)
-class Serving:
-    """Outcome of a closed-loop serving benchmark on one simulated worker."""
-
-    concurrency: int
-    duration_s: float  # from the first request sent to the last one finished
-    output_tokens_per_s: float  # all requests' generated tokens / wall time
-    mean_tpot_s: float  # per request: (end - first token) / (output tokens - 1)
-    mean_ttft_s: float
-
-
-def closed_loop_serving(
-    hw: WorkerHardware,
-    *,
-    concurrency: int,
-    prompt_tokens: int,
-    output_tokens: int,
-    num_requests: int,
-    config: WorkerConfig | None = None,
-) -> Serving:
-    """`vllm bench serve --max-concurrency C --request-rate inf` with random prompts:
-    `concurrency` requests in flight, each `prompt_tokens` in and exactly `output_tokens`
-    out (no prefix hits: every request is its own trajectory); a finished request is
-    replaced at once until `num_requests` have been sent."""
-    w = InferenceWorker("bench", hw, Role.COLOCATED, config)
-    sent = 0
-    now = 0.0
-
-    def send(t: float) -> None:
-        nonlocal sent
-        w.submit(Request(sent, 0, prompt_tokens, output_tokens), t)
-        sent += 1
-
-    for _ in range(min(concurrency, num_requests)):
-        send(0.0)
-    done: list[Completion] = []
-    while len(done) < num_requests:
-        now = w.next_change_time_s()
-        for c in w.advance(now):
-            done.append(c)
-            if sent < num_requests:
-                send(c.t_end_s)
-    tokens = sum(c.generated_tokens for c in done)
-    end = max(c.t_end_s for c in done)
-    tpots = []
-    ttfts = []
-    for c in done:
-        assert c.t_prefill_end_s is not None
-        ttfts.append(c.t_prefill_end_s - c.t_submit_s)
-        if c.generated_tokens > 1:
-            tpots.append((c.t_end_s - c.t_prefill_end_s) / (c.generated_tokens - 1))
-    return Serving(
-        concurrency=concurrency,
-        duration_s=end,
-        output_tokens_per_s=tokens / end,
-        mean_tpot_s=sum(tpots) / len(tpots),
-        mean_ttft_s=sum(ttfts) / len(ttfts),
-    )
 
 
 @dataclass(frozen=True)
@@ -334,21 +270,6 @@ _GPUSTACK = (
     "GPUStack performance lab, github.com/gpustack/gpustack docs/performance-lab/"
     "{page}.md (vLLM v0.11.0 baseline, `vllm bench serve`): {what}"
 )
-# (model, GPU, requests, prompt, output tokens): benchmark duration, s
-_GPUSTACK_SERVING = {
-    ("qwen3-14b", "a100-80g", 100, 32000, 99): 724.56,
-    ("qwen3-14b", "a100-80g", 500, 3996, 200): 407.05,
-    ("qwen3-14b", "a100-80g", 500, 1996, 100): 175.66,
-    ("qwen3-32b", "a100-80g", 100, 32000, 77): 1783.59,
-    ("qwen3-32b", "a100-80g", 500, 3996, 200): 1141.94,
-    ("qwen3-32b", "a100-80g", 500, 1996, 100): 415.71,
-    ("qwen3-14b", "h100-pcie", 100, 32000, 99): 386.80,
-    ("qwen3-14b", "h100-pcie", 500, 3996, 200): 227.57,
-    ("qwen3-14b", "h100-pcie", 500, 1996, 100): 98.91,
-    ("qwen3-32b", "h100-pcie", 100, 32000, 77): 1157.25,
-    ("qwen3-32b", "h100-pcie", 500, 3996, 200): 976.29,
-    ("qwen3-32b", "h100-pcie", 500, 1996, 100): 328.04,
-}
 # vLLM's defaults by GPU class (above): an A100 gets the small budget even with 80 GB.
 _SERVE_DEFAULTS = {"a100-80g": VLLM_API_SERVER_SMALL_GPU, "h100-pcie": VLLM_API_SERVER_LARGE_GPU}
 _GPU_NAMES = {"a100-80g": "A100 80GB", "h100-pcie": "H100 PCIe"}
@@ -386,9 +307,33 @@ _GPUSTACK_ADMISSION_MISS = (
 )
 
 
-def _gpustack_row(
-    model: str, gpu: str, requests: int, prompt: int, output: int, known_miss: str = ""
-) -> Reference:
+# (model, GPU, requests, prompt, output tokens): benchmark duration in s, and why the model
+# misses it where it is known to
+_GPUSTACK_SERVING: dict[tuple[str, str, int, int, int], tuple[float, str]] = {
+    ("qwen3-14b", "a100-80g", 100, 32000, 99): (724.56, ""),
+    ("qwen3-14b", "a100-80g", 500, 3996, 200): (407.05, ""),
+    ("qwen3-14b", "a100-80g", 500, 1996, 100): (175.66, ""),
+    ("qwen3-32b", "a100-80g", 100, 32000, 77): (
+        1783.59,
+        _GPUSTACK_ADMISSION_MISS.format(pct="20%"),
+    ),
+    ("qwen3-32b", "a100-80g", 500, 3996, 200): (
+        1141.94,
+        _GPUSTACK_ADMISSION_MISS.format(pct="17%"),
+    ),
+    ("qwen3-32b", "a100-80g", 500, 1996, 100): (415.71, _GPUSTACK_ADMISSION_MISS.format(pct="23%")),
+    ("qwen3-14b", "h100-pcie", 100, 32000, 99): (386.80, _GPUSTACK_PREFILL_MISS.format(pct="15%")),
+    ("qwen3-14b", "h100-pcie", 500, 3996, 200): (227.57, ""),
+    ("qwen3-14b", "h100-pcie", 500, 1996, 100): (98.91, _GPUSTACK_PREFILL_MISS.format(pct="21%")),
+    ("qwen3-32b", "h100-pcie", 100, 32000, 77): (1157.25, ""),
+    ("qwen3-32b", "h100-pcie", 500, 3996, 200): (976.29, ""),
+    ("qwen3-32b", "h100-pcie", 500, 1996, 100): (328.04, ""),
+}
+
+
+def _gpustack_row(key: tuple[str, str, int, int, int]) -> Reference:
+    model, gpu, requests, prompt, output = key
+    measured, known_miss = _GPUSTACK_SERVING[key]
     size = model.removeprefix("qwen3-")
     card = "a100" if gpu.startswith("a100") else "h100"
     return Reference(
@@ -401,7 +346,7 @@ def _gpustack_row(
             page=f"qwen3-{size}/{card}",
             what=f"random {prompt // 1000}K-input run, 'Benchmark duration (s)'",
         ),
-        measured=_GPUSTACK_SERVING[(model, gpu, requests, prompt, output)],
+        measured=measured,
         unit="s",
         model=lambda: _all_at_once(model, gpu, requests, prompt, output).duration_s,
         known_miss=known_miss,
@@ -501,53 +446,7 @@ REFERENCES: tuple[Reference, ...] = (
         unit="ms",
         model=_qwen3_32b_decode_ms,
     ),
-    _gpustack_row("qwen3-14b", "a100-80g", 100, 32000, 99),
-    _gpustack_row("qwen3-14b", "a100-80g", 500, 3996, 200),
-    _gpustack_row("qwen3-14b", "a100-80g", 500, 1996, 100),
-    _gpustack_row(
-        "qwen3-32b",
-        "a100-80g",
-        100,
-        32000,
-        77,
-        known_miss=_GPUSTACK_ADMISSION_MISS.format(pct="20%"),
-    ),
-    _gpustack_row(
-        "qwen3-32b",
-        "a100-80g",
-        500,
-        3996,
-        200,
-        known_miss=_GPUSTACK_ADMISSION_MISS.format(pct="17%"),
-    ),
-    _gpustack_row(
-        "qwen3-32b",
-        "a100-80g",
-        500,
-        1996,
-        100,
-        known_miss=_GPUSTACK_ADMISSION_MISS.format(pct="23%"),
-    ),
-    _gpustack_row(
-        "qwen3-14b",
-        "h100-pcie",
-        100,
-        32000,
-        99,
-        known_miss=_GPUSTACK_PREFILL_MISS.format(pct="15%"),
-    ),
-    _gpustack_row("qwen3-14b", "h100-pcie", 500, 3996, 200),
-    _gpustack_row(
-        "qwen3-14b",
-        "h100-pcie",
-        500,
-        1996,
-        100,
-        known_miss=_GPUSTACK_PREFILL_MISS.format(pct="21%"),
-    ),
-    _gpustack_row("qwen3-32b", "h100-pcie", 100, 32000, 77),
-    _gpustack_row("qwen3-32b", "h100-pcie", 500, 3996, 200),
-    _gpustack_row("qwen3-32b", "h100-pcie", 500, 1996, 100),
+    *(_gpustack_row(key) for key in _GPUSTACK_SERVING),
     Reference(
         key="prefill_attention_h100",
         what="prefill attention throughput over a long prefix",

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pearl.sim.calibration_refs import REFERENCES, closed_loop_serving
+from pearl.sim.calibration_refs import REFERENCES
 from pearl.sim.physics.iteration import WorkerHardware
+from pearl.sim.serving_replay import closed_loop_serving
 from pearl.specs import get_gpu, get_model
 
 
