@@ -1,6 +1,6 @@
 """Simulated inference workers under interruption and a bounded KV pool: preemption keeps
-generated tokens, admission waits for room, LRU eviction of cached prefixes, role changes,
-and token/KV conservation at any interrupt time."""
+generated tokens and the cached KV, admission waits for room, LRU eviction of cached
+prefixes, role changes, and token/KV conservation at any interrupt time."""
 
 from collections import deque
 
@@ -72,6 +72,31 @@ def test_kv_pressure_preempts_and_recomputes_keeping_generated_tokens():
     assert by[2].num_preemptions >= 1 and by[2].new_prefill_tokens > 2000
     assert all(c.generated_tokens == 1500 for c in done)
     assert by[1].t_decode_end_s < by[2].t_decode_end_s
+
+
+def test_a_preempted_request_reuses_the_kv_it_computed_unless_evicted():
+    """A preempted request's KV waits as its idle prefix (vLLM V1 keeps its blocks cached),
+    so readmitted it recomputes only the tail that decode growth evicted meanwhile; with
+    prefix caching off it recomputes all of context + generated tokens."""
+    p = HardwareParams(
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        iteration_overhead_s=0.0,
+        per_seq_overhead_s=0.0,
+        activation_reserve_bytes=9e9 - 204e6 - 8000 * 6000,
+    )
+    hw = toy(params=p)
+    subs = [(0.0, Request(1, 0, 2000, 1500)), (0.0, Request(2, 0, 2000, 1500))]
+    kept = {c.traj_id: c for c in run(InferenceWorker("w", hw), subs)}
+    off = InferenceWorker("w", hw, config=WorkerConfig(prefix_caching=False))
+    lost = {c.traj_id: c for c in run(off, subs)}
+    assert kept[2].num_preemptions == lost[2].num_preemptions == 1
+    # the readmitted prompt is context + generated; what it did not find cached it prefilled
+    again = lost[2].new_prefill_tokens - 2000  # all of it: nothing was kept
+    assert lost[2].cached_prefix_tokens == 0 and again > 2000
+    assert 0 < kept[2].cached_prefix_tokens < again
+    assert kept[2].new_prefill_tokens == 2000 + again - kept[2].cached_prefix_tokens
+    assert kept[2].t_decode_end_s < lost[2].t_decode_end_s
 
 
 def test_admission_waits_for_kv_room():

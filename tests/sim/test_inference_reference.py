@@ -20,7 +20,8 @@ from ._inference_helpers import budget_config, request_lists, run, submissions
 def reference(hw, role, cfg, submissions, cap=None):
     """Naive simulation: one iteration at a time, the same rules, including the KV pool of
     `cap` tokens (default: the hardware's): LRU prefixes evicted only when needed, FIFO
-    admission that evicts nothing in vain, preemption of the latest admitted request."""
+    admission that evicts nothing in vain, preemption of the latest admitted request, whose
+    computed KV waits as an idle prefix it can reuse when readmitted."""
     from collections import OrderedDict
 
     cap = hw.kv_capacity_tokens if cap is None else cap
@@ -35,14 +36,18 @@ def reference(hw, role, cfg, submissions, cap=None):
     def free():
         return cap - kv["active"] - sum(cache.values())
 
-    def evict(amount):
-        freed = 0
-        while freed < amount and cache:
-            freed += cache.popitem(last=False)[1]
+    def evict(amount):  # LRU entries, each from its tail
+        while amount > 0 and cache:
+            traj, tokens = next(iter(cache.items()))
+            if tokens <= amount:
+                del cache[traj]
+            else:
+                cache[traj] = tokens - amount
+            amount -= min(tokens, amount)
 
-    def put(traj, tokens):
+    def put(traj, tokens, *, any_role=False):
         cache.pop(traj, None)
-        if role == Role.DECODE or tokens > limit:
+        if (role == Role.DECODE and not any_role) or tokens <= 0 or tokens > limit:
             return
         cache[traj] = tokens
         if sum(cache.values()) > limit:
@@ -75,8 +80,12 @@ def reference(hw, role, cfg, submissions, cap=None):
             evict(len(decoding) - free())
             while free() < len(decoding) and (decoding or prefilling):
                 v = max(decoding + prefilling, key=lambda x: x["no"])
+                computed = v["kv"] if v in decoding else v["done"]
                 (decoding if v in decoding else prefilling).remove(v)
                 kv["active"] -= v["kv"]
+                put(v["r"].traj_id, computed, any_role=True)  # kept as an idle prefix
+                if free() < len(decoding):
+                    evict(len(decoding) - free())
                 v.update(
                     prompt=v["r"].context_tokens + v["gen"],
                     ready=False,
@@ -97,7 +106,7 @@ def reference(hw, role, cfg, submissions, cap=None):
             budget -= n
         while waiting and budget > 0 and len(prefilling) + len(decoding) < cfg.max_num_seqs:
             s = waiting[0]
-            need = s["prompt"] + 1 + watermark
+            need = s["prompt"] + 1 + watermark + len(decoding)
             if free() + sum(cache.values()) < need:
                 break
             waiting.popleft()
@@ -112,7 +121,8 @@ def reference(hw, role, cfg, submissions, cap=None):
                 decoding.append(s)
                 budget -= 1
                 continue
-            s["cached"] = 0 if s["r"].full_prefill else min(own, s["prompt"] - 1)
+            reuse = s.get("preempted") or not s["r"].full_prefill
+            s["cached"] = min(own, s["prompt"] - 1) if reuse else 0
             s["done"] = s["cached"]
             prefilling.append(s)
             n = min(s["prompt"] - s["done"], budget)

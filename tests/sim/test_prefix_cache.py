@@ -6,14 +6,17 @@ from hypothesis import strategies as st
 from pearl.sim.physics.prefix_cache import PrefixCache
 
 
-def test_lru_evicts_the_least_recently_used_entry():
+def test_lru_evicts_the_least_recently_used_entry_from_its_tail():
     c = PrefixCache(100)
     c.put(1, 40)
     c.put(2, 40)
     c.put(1, 45)  # refreshes trajectory 1
-    c.put(3, 30)  # 45 + 40 + 30 > 100: trajectory 2 (LRU) goes
-    assert (1 in c, 2 in c, 3 in c) == (True, False, True)
-    assert c.tokens == 75 and c.num_evictions == 1 and c.evicted_tokens == 40
+    c.put(3, 30)  # 45 + 40 + 30 > 100: 15 tokens off the tail of trajectory 2 (LRU)
+    assert (c.peek(1), c.peek(2), c.peek(3)) == (45, 25, 30)
+    assert c.tokens == 100 and c.num_evictions == 0 and c.evicted_tokens == 15
+    c.put(4, 50)  # trajectory 2 goes whole, then 25 off trajectory 1's tail
+    assert (2 in c, c.peek(1), c.peek(3), c.peek(4)) == (False, 20, 30, 50)
+    assert c.num_evictions == 1 and c.evicted_tokens == 65
 
 
 def test_take_removes_and_peek_does_not():
@@ -23,12 +26,12 @@ def test_take_removes_and_peek_does_not():
     assert c.take(1) == 40 and c.tokens == 0 and c.take(1) == 0
 
 
-def test_evict_frees_at_least_what_is_asked_when_possible():
+def test_evict_frees_exactly_what_is_asked_when_possible():
     c = PrefixCache(1000)
     for i in range(5):
         c.put(i, 100)
-    assert c.evict(150) == 200 and len(c) == 3
-    assert c.evict(10_000) == 300 and c.tokens == 0
+    assert c.evict(150) == 150 and len(c) == 4 and c.peek(1) == 50
+    assert c.evict(10_000) == 350 and c.tokens == 0 and c.num_evictions == 5
 
 
 def test_disabled_cache_and_oversized_entries_hold_nothing():

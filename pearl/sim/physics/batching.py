@@ -11,9 +11,10 @@ a decode-only worker takes requests whose KV has arrived and only decodes.
 
 KV memory: the worker's pool (`kv_capacity_tokens`) holds the running requests' KV and the
 idle prefixes of the prefix cache. Admission allocates the whole prompt (FIFO head-of-line
-blocking when it does not fit, after evicting idle prefixes LRU); decode growth evicts idle
-prefixes and then preempts the most recently admitted request, which keeps its generated
-tokens and recomputes its KV later (preemption with recompute).
+blocking when it does not fit, after evicting idle prefixes LRU, each from its tail); decode
+growth evicts idle prefixes and then preempts the most recently admitted request, which keeps
+its generated tokens and recomputes later what of its KV was evicted meanwhile (preemption
+with recompute; its KV waits as an idle prefix, as vLLM V1 keeps it in the prefix cache).
 
 Speed: iterations are grouped into segments that change nothing observable inside them:
 a stretch of identical decode-only iterations (timed in closed form by the hardware model)
@@ -165,45 +166,59 @@ class BatchingCore:
     def _free_tokens(self) -> int:
         return self.kv_capacity_tokens - self._kv_active - self.cache.tokens
 
-    def _make_room(self, need_tokens: int, *, preempt: bool) -> bool:
-        """Free KV for `need_tokens`: evict idle prefixes (LRU), then (if allowed) preempt
-        the most recently admitted running requests. True if the room exists."""
+    def _make_room(self, need_tokens: int) -> bool:
+        """Free KV for `need_tokens` by evicting idle prefixes (LRU, tails first). True if
+        the room exists."""
         free = self._free_tokens()
         if free < need_tokens:
             free += self.cache.evict(need_tokens - free)
-        while preempt and free < need_tokens and (self._decoding or self._prefilling):
-            free += self._preempt_last()
         return free >= need_tokens
 
-    def _preempt_last(self) -> int:
+    def _make_room_for_decodes(self) -> None:
+        """Room for one token of growth of every decoding request: evict idle prefixes,
+        then preempt the most recently admitted running requests (whose KV becomes idle
+        prefixes in turn) until the decodes left fit."""
+        while not self._make_room(len(self._decoding)):
+            self._preempt_last()
+
+    def _preempt_last(self) -> None:
+        """Preempt the most recently admitted running request. Its computed KV stays as its
+        trajectory's idle prefix (most recently used), as vLLM V1 keeps a preempted
+        request's blocks in its prefix cache: readmitted before they are evicted, it
+        recomputes only what was lost."""
         victim = max([*self._decoding.values(), *self._prefilling], key=lambda s: s.admit_no)
         if victim.in_decode:
             victim.sync(self._dstep)
             del self._decoding[victim.admit_no]
             self._ctx_sum -= victim.kv
+            computed = victim.kv
         else:
             self._prefilling.remove(victim)
-        freed = victim.alloc
-        self._kv_active -= freed
+            computed = victim.prefill_done
+        self._kv_active -= victim.alloc
         victim.preempt()
+        self.cache.put(victim.req.traj_id, computed)
         self.stats.num_preemptions += 1
         self._waiting.appendleft(victim)
-        return freed
 
     def _try_admit(self, seq: Seq) -> bool:
         """Admit `seq` if its prompt (+1 token of growth and the watermark) fits once idle
-        prefixes are evicted; its own cached prefix becomes part of its KV. Evicts nothing
-        when it does not fit (FIFO head-of-line blocking)."""
+        prefixes are evicted, beside this iteration's token of every decoding request (a
+        scheduler allocates the running requests' slots before it admits); its own cached
+        prefix becomes part of its KV. Evicts nothing when it does not fit (FIFO
+        head-of-line blocking)."""
         prompt = seq.prompt
-        need = prompt + 1 + self._watermark
+        need = prompt + 1 + self._watermark + len(self._decoding)
         # cache.tokens includes this trajectory's own prefix, which is reused, not evicted
         if self._free_tokens() + self.cache.tokens < need:
             return False
         own = self.cache.take(seq.req.traj_id)
-        self._make_room(need, preempt=False)
+        self._make_room(need)
         cached = 0
         if not seq.prefilled:
-            if not seq.req.full_prefill:
+            if seq.num_preemptions:  # what it computed here before: its own tokens
+                cached = min(own, prompt - 1)
+            elif not seq.req.full_prefill:
                 cached = min(own, prompt - 1)
                 if seq.req.reusable_prefix_tokens is not None:
                     cached = min(cached, seq.req.reusable_prefix_tokens)
@@ -218,7 +233,7 @@ class BatchingCore:
         t = self._t
         cfg = self.config
         if self._decoding:
-            self._make_room(len(self._decoding), preempt=True)
+            self._make_room_for_decodes()
         budget = self.budget_tokens - len(self._decoding)
         chunks: list[tuple[Seq, int]] = []
         for s in self._prefilling:

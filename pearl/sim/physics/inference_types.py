@@ -179,7 +179,9 @@ class WorkerConfig:
     max_num_seqs: int = 128  # running requests at most
     prefix_caching: bool = True  # keep idle trajectories' KV for reuse
     prefix_cache_fraction: float = 1.0  # idle prefixes may use at most this share of KV
-    kv_watermark_fraction: float = 0.01  # KV kept free at admission (growth headroom)
+    # KV kept free when admitting (growth headroom); vLLM V1 keeps none by default (0.32's
+    # SchedulerConfig.watermark is 0.0; 0.10's KV manager has none)
+    kv_watermark_fraction: float = 0.0
     # Record each request's start of decoding for `InferenceWorker.pop_decode_starts` (and
     # stop at every such boundary): off by default, it only serves phase events.
     report_decode_starts: bool = False

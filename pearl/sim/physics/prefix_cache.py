@@ -1,4 +1,5 @@
-"""Per-worker prefix cache: the KV of trajectories that wait between turns, evicted LRU.
+"""Per-worker prefix cache: the KV of trajectories that wait between turns, evicted LRU
+(each entry from its tail).
 
 A multi-turn trajectory's next prompt extends its previous context, so a worker that still
 holds that context (its KV) prefills only the new tokens. The cache holds one entry per
@@ -79,15 +80,22 @@ class PrefixCache:
             self.evict(self.tokens - self.limit_tokens)
 
     def evict(self, need_tokens: int) -> int:
-        """Evict LRU entries until at least `need_tokens` are freed or none is left; returns
-        the tokens freed."""
+        """Free `need_tokens` (or all there is) from the least recently used entries, each
+        from its tail; returns the tokens freed. vLLM V1 frees a request's blocks tail first
+        into an LRU queue, so an idle prefix loses its last tokens first and its head, the
+        part a later turn can reuse, last. An entry left empty is dropped (an eviction)."""
         freed = 0
         entries = self._entries
         while freed < need_tokens and entries:
-            _, tokens = entries.popitem(last=False)
-            freed += tokens
-            self.num_evictions += 1
-            self.evicted_tokens += tokens
+            traj_id, tokens = next(iter(entries.items()))
+            cut = min(tokens, need_tokens - freed)
+            if cut == tokens:
+                del entries[traj_id]
+                self.num_evictions += 1
+            else:
+                entries[traj_id] = tokens - cut  # keeps its place in the LRU order
+            freed += cut
+        self.evicted_tokens += freed
         self.tokens -= freed
         return freed
 
