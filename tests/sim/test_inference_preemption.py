@@ -20,6 +20,18 @@ from ._inference_helpers import request_lists, run
 H8 = WorkerHardware(get_model("qwen3-8b"), get_gpu("h100-sxm"))
 
 
+def ideal_toy(kv_tokens: int) -> WorkerHardware:
+    """The toy hardware at peak speed with no fixed costs, holding `kv_tokens` of KV."""
+    p = HardwareParams(
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        iteration_overhead_s=0.0,
+        per_seq_overhead_s=0.0,
+        activation_reserve_bytes=9e9 - 204e6 - 8000 * kv_tokens,
+    )
+    return toy(params=p)
+
+
 def test_preemption_mid_decode_keeps_the_generated_prefix():
     """interrupt_all mid-decode returns each request's generated tokens; resuming elsewhere
     pays one full prefill of context + generated and generates only the rest."""
@@ -56,14 +68,7 @@ def test_interrupt_returns_queued_and_prefilling_requests_too():
 def test_kv_pressure_preempts_and_recomputes_keeping_generated_tokens():
     """When decodes outgrow the KV pool the latest admitted request is preempted, recomputes
     its prompt (context + generated) later, and still generates exactly its tokens."""
-    p = HardwareParams(
-        compute_efficiency=1.0,
-        memory_efficiency=1.0,
-        iteration_overhead_s=0.0,
-        per_seq_overhead_s=0.0,
-        activation_reserve_bytes=9e9 - 204e6 - 8000 * 6000,
-    )
-    hw = toy(params=p)
+    hw = ideal_toy(6000)
     assert hw.kv_capacity_tokens == 6000
     w = InferenceWorker("w", hw, config=WorkerConfig(kv_watermark_fraction=0.0))
     done = run(w, [(0.0, Request(1, 0, 2000, 1500)), (0.0, Request(2, 0, 2000, 1500))])
@@ -78,14 +83,7 @@ def test_a_preempted_request_reuses_the_kv_it_computed_unless_evicted():
     """A preempted request's KV waits as its idle prefix (vLLM V1 keeps its blocks cached),
     so readmitted it recomputes only the tail that decode growth evicted meanwhile; with
     prefix caching off it recomputes all of context + generated tokens."""
-    p = HardwareParams(
-        compute_efficiency=1.0,
-        memory_efficiency=1.0,
-        iteration_overhead_s=0.0,
-        per_seq_overhead_s=0.0,
-        activation_reserve_bytes=9e9 - 204e6 - 8000 * 6000,
-    )
-    hw = toy(params=p)
+    hw = ideal_toy(6000)
     subs = [(0.0, Request(1, 0, 2000, 1500)), (0.0, Request(2, 0, 2000, 1500))]
     kept = {c.traj_id: c for c in run(InferenceWorker("w", hw), subs)}
     off = InferenceWorker("w", hw, config=WorkerConfig(prefix_caching=False))
@@ -101,14 +99,7 @@ def test_a_preempted_request_reuses_the_kv_it_computed_unless_evicted():
 
 def test_admission_waits_for_kv_room():
     """A prompt that does not fit next to a running request waits (FIFO) until it finishes."""
-    p = HardwareParams(
-        compute_efficiency=1.0,
-        memory_efficiency=1.0,
-        iteration_overhead_s=0.0,
-        per_seq_overhead_s=0.0,
-        activation_reserve_bytes=9e9 - 204e6 - 8000 * 6000,
-    )
-    w = InferenceWorker("w", toy(params=p), config=WorkerConfig(kv_watermark_fraction=0.0))
+    w = InferenceWorker("w", ideal_toy(6000), config=WorkerConfig(kv_watermark_fraction=0.0))
     a, b = run(w, [(0.0, Request(1, 0, 3000, 20)), (0.0, Request(2, 0, 3000, 20))])
     assert b.t_prefill_start_s == pytest.approx(a.t_decode_end_s)
     assert w.stats.num_preemptions == 0
