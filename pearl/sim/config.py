@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -110,13 +110,19 @@ class EngineConfig(_Model):
 
     None takes the paper's substrate's (`pearl.sim.physics.inference_types.
     rollout_engine_defaults`: ROLL's vLLM strategy, 8,192 tokens and 128 sequences on every
-    GPU; docs/simulator-model.md). vLLM's own offline defaults on H100/H200-class GPUs are
-    16,384 and 1,024 (set both to run them)."""
+    GPU, admission on a request's first chunk as in vLLM 0.10; docs/simulator-model.md).
+    vLLM's own offline defaults on H100/H200-class GPUs are 16,384 and 1,024 (set both to
+    run them)."""
 
     max_batched_tokens: int | None = Field(
         None, ge=1, description="Per-iteration token budget (prefill chunks + decodes)."
     )
     max_num_seqs: int | None = Field(None, ge=1, description="Running requests per worker.")
+    admission: Literal["first_chunk", "prompt"] | None = Field(
+        None,
+        description="KV reserved at admission: 'first_chunk' (vLLM up to 0.11, which ROLL "
+        "pins) or the whole 'prompt' (vLLM 0.32's default).",
+    )
 
     def worker_config(self) -> WorkerConfig:
         from pearl.sim.physics.inference_types import rollout_engine_defaults
@@ -128,6 +134,7 @@ class EngineConfig(_Model):
             max_batched_tokens=budget,
             prefill_max_batched_tokens=budget,
             max_num_seqs=self.max_num_seqs or base.max_num_seqs,
+            admission=self.admission or base.admission,
         )
 
 

@@ -18,9 +18,13 @@ from pearl.sim.physics.iteration import WorkerHardware
 # vLLM's own defaults per GPU class (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults,
 # vLLM 0.8-0.11): GPUs with >= 70 GiB that are not A100 get a 16,384-token budget and 1,024
 # sequences for the offline LLM class, 8,192 / 1,024 for the API server; other GPUs
-# 8,192 / 256 and 2,048 / 256.
-VLLM_API_SERVER_SMALL_GPU = WorkerConfig(max_batched_tokens=2048, max_num_seqs=256)
-VLLM_API_SERVER_LARGE_GPU = WorkerConfig(max_batched_tokens=8192, max_num_seqs=1024)
+# 8,192 / 256 and 2,048 / 256. Those versions admit a request once its first chunk fits.
+VLLM_API_SERVER_SMALL_GPU = WorkerConfig(
+    max_batched_tokens=2048, max_num_seqs=256, admission="first_chunk"
+)
+VLLM_API_SERVER_LARGE_GPU = WorkerConfig(
+    max_batched_tokens=8192, max_num_seqs=1024, admission="first_chunk"
+)
 
 
 @dataclass(frozen=True, slots=True)

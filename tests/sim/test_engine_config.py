@@ -23,6 +23,19 @@ def test_default_engine_is_rolls_vllm_configuration() -> None:
         8192,
         128,
     )
+    assert cfg.admission == "first_chunk"  # vLLM 0.10.2, which ROLL pins
+    assert cfg.kv_watermark_fraction == 0.0
+
+
+def test_admission_rule_is_a_config_field_with_a_clear_error() -> None:
+    """`engine.admission: prompt` reserves whole prompts (vLLM 0.32); anything else is
+    refused, naming the field."""
+    cfg = SimConfig().with_updates(**{"engine.admission": "prompt"})
+    assert cfg.engine.worker_config().admission == "prompt"
+    with pytest.raises(ValueError, match="engine.admission"):
+        SimConfig().with_updates(**{"engine.admission": "whole"})
+    with pytest.raises(ValueError, match="admission"):
+        WorkerConfig(admission="whole")
 
 
 def test_engine_section_reaches_the_worlds_workers() -> None:

@@ -85,21 +85,53 @@ def test_a_preempted_request_reuses_the_kv_it_computed_unless_evicted():
     prefix caching off it recomputes all of context + generated tokens."""
     hw = ideal_toy(6000)
     subs = [(0.0, Request(1, 0, 2000, 1500)), (0.0, Request(2, 0, 2000, 1500))]
-    kept = {c.traj_id: c for c in run(InferenceWorker("w", hw), subs)}
-    off = InferenceWorker("w", hw, config=WorkerConfig(prefix_caching=False))
+    on = InferenceWorker("w", hw, config=WorkerConfig(admission="prompt"))
+    kept = {c.traj_id: c for c in run(on, subs)}
+    off = InferenceWorker("w", hw, config=WorkerConfig(admission="prompt", prefix_caching=False))
     lost = {c.traj_id: c for c in run(off, subs)}
     assert kept[2].num_preemptions == lost[2].num_preemptions == 1
     # the readmitted prompt is context + generated; what it did not find cached it prefilled
     again = lost[2].new_prefill_tokens - 2000  # all of it: nothing was kept
-    assert lost[2].cached_prefix_tokens == 0 and again > 2000
-    assert 0 < kept[2].cached_prefix_tokens < again
-    assert kept[2].new_prefill_tokens == 2000 + again - kept[2].cached_prefix_tokens
+    assert off.cache.readmitted_hit_tokens == 0 and again > 2000
+    reused = on.cache.readmitted_hit_tokens
+    assert on.cache.num_readmissions == 1 and 0 < reused < again
+    assert kept[2].new_prefill_tokens == 2000 + again - reused
+    assert kept[2].cached_prefix_tokens == 0  # the turn's own reuse: none
     assert kept[2].t_decode_end_s < lost[2].t_decode_end_s
 
 
-def test_admission_waits_for_kv_room():
-    """A prompt that does not fit next to a running request waits (FIFO) until it finishes."""
-    w = InferenceWorker("w", ideal_toy(6000), config=WorkerConfig(kv_watermark_fraction=0.0))
+def test_first_chunk_admission_starts_a_prompt_that_whole_prompt_admission_holds_back():
+    """With `admission="first_chunk"` (vLLM V1 up to 0.11) a request is admitted once its
+    first chunk fits, so its prefill starts beside a running request whose whole prompt
+    leaves no room for its own; the KV then runs out and it is preempted, keeping what it
+    computed. With whole-prompt admission it waits for the first request to finish."""
+    hw = ideal_toy(8000)
+    subs = [(0.0, Request(1, 0, 5000, 800)), (0.0, Request(2, 0, 5000, 100))]
+    by, by_cache = {}, {}
+    for admission in ("prompt", "first_chunk"):
+        cfg = WorkerConfig(max_batched_tokens=2048, admission=admission)
+        w = InferenceWorker("w", hw, config=cfg)
+        by[admission] = {c.traj_id: c for c in run(w, subs)}
+        by_cache[admission] = w.cache
+        assert w.kv_used_tokens == 0
+        assert (by[admission][1].generated_tokens, by[admission][2].generated_tokens) == (800, 100)
+    whole, chunked = by["prompt"], by["first_chunk"]
+    assert whole[2].t_prefill_start_s == pytest.approx(whole[1].t_decode_end_s)
+    assert whole[2].num_preemptions == 0
+    assert whole[2].new_prefill_tokens == 5000
+    # its first chunk shared an iteration with the first request's last one (which ends
+    # later for it), then it was preempted; readmitted, it reused that chunk's KV
+    assert chunked[1].t_prefill_end_s > whole[1].t_prefill_end_s
+    assert chunked[2].num_preemptions == 1
+    # the budget left by 5000 - 2 x 2048
+    assert by_cache["first_chunk"].readmitted_hit_tokens == 2048 - 904
+    assert chunked[2].new_prefill_tokens == 5000  # nothing of it was evicted meanwhile
+
+
+def test_whole_prompt_admission_waits_for_kv_room():
+    """A prompt that does not fit next to a running request waits (FIFO) until it finishes
+    where admission reserves the whole prompt."""
+    w = InferenceWorker("w", ideal_toy(6000), config=WorkerConfig(admission="prompt"))
     a, b = run(w, [(0.0, Request(1, 0, 3000, 20)), (0.0, Request(2, 0, 3000, 20))])
     assert b.t_prefill_start_s == pytest.approx(a.t_decode_end_s)
     assert w.stats.num_preemptions == 0

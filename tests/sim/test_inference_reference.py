@@ -1,6 +1,7 @@
 """Simulated inference workers: the analytical (segment) worker must match an
 iteration-by-iteration reference exactly, with and without KV pressure."""
 
+import dataclasses
 from collections import deque
 
 import pytest
@@ -10,7 +11,7 @@ from sim_toys import toy
 
 from pearl.control.state import Role
 from pearl.sim.physics.inference import InferenceWorker
-from pearl.sim.physics.inference_types import Request, WorkerConfig
+from pearl.sim.physics.inference_types import ADMISSIONS, Request, WorkerConfig
 from pearl.sim.physics.iteration import HardwareParams, WorkerHardware
 from pearl.specs import get_gpu, get_model
 
@@ -46,8 +47,10 @@ def reference(hw, role, cfg, submissions, cap=None):
             amount -= min(tokens, amount)
 
     def put(traj, tokens, *, any_role=False):
+        if role == Role.DECODE and not any_role:
+            return  # a decode worker keeps a finished request's KV for nothing
         cache.pop(traj, None)
-        if (role == Role.DECODE and not any_role) or tokens <= 0 or tokens > limit:
+        if tokens <= 0 or tokens > limit:
             return
         cache[traj] = tokens
         if sum(cache.values()) > limit:
@@ -76,54 +79,68 @@ def reference(hw, role, cfg, submissions, cap=None):
                     ready=role == Role.DECODE,
                 )
             )
-        if decoding and free() < len(decoding):  # room for one step of growth
-            evict(len(decoding) - free())
-            while free() < len(decoding) and (decoding or prefilling):
-                v = max(decoding + prefilling, key=lambda x: x["no"])
-                computed = v["kv"] if v in decoding else v["done"]
-                (decoding if v in decoding else prefilling).remove(v)
-                kv["active"] -= v["kv"]
-                put(v["r"].traj_id, computed, any_role=True)  # kept as an idle prefix
-                if free() < len(decoding):
-                    evict(len(decoding) - free())
-                v.update(
-                    prompt=v["r"].context_tokens + v["gen"],
-                    ready=False,
-                    kv=0,
-                    done=0,
-                    cached=0,
-                    pre=v["pre"],
-                    preempted=True,
-                )
-                waiting.appendleft(v)
-        budget = budget0 - len(decoding)
-        chunks = []
-        for s in prefilling:
-            if budget <= 0:
+        chunk_kv = cfg.admission == "first_chunk"
+        preempted = False
+        while True:  # this iteration's chunks and growth; preempt the latest until they fit
+            budget = budget0 - len(decoding)
+            chunks = []
+            for s in prefilling:
+                if budget <= 0:
+                    break
+                n = min(s["prompt"] - s["done"], budget)
+                chunks.append((s, n))
+                budget -= n
+            grow = len(decoding) + (sum(n for _, n in chunks) if chunk_kv else 0)
+            if free() < grow:
+                evict(grow - free())
+            if free() >= grow:
                 break
-            n = min(s["prompt"] - s["done"], budget)
-            chunks.append((s, n))
-            budget -= n
+            v = max(decoding + prefilling, key=lambda x: x["no"])
+            computed = v["kv"] if v in decoding else v["done"]
+            (decoding if v in decoding else prefilling).remove(v)
+            kv["active"] -= v["kv"]
+            put(v["r"].traj_id, computed, any_role=True)  # kept as an idle prefix
+            v.update(
+                prompt=v["r"].context_tokens + v["gen"],
+                ready=False,
+                kv=0,
+                done=0,
+                pre=v["pre"],
+                preempted=True,
+            )
+            waiting.appendleft(v)
+            preempted = True
+        if preempted and (prefilling or decoding):
+            budget = 0  # a step that preempts admits nothing
+        committed = grow
         while waiting and budget > 0 and len(prefilling) + len(decoding) < cfg.max_num_seqs:
             s = waiting[0]
-            need = s["prompt"] + 1 + watermark + len(decoding)
+            own = cache.get(s["r"].traj_id, 0)
+            reuse = s.get("preempted") or not s["r"].full_prefill
+            cached = 0 if s["ready"] or not reuse else min(own, s["prompt"] - 1)
+            if chunk_kv and not s["ready"]:
+                alloc, adds = cached, min(s["prompt"] - cached, budget)
+            else:
+                alloc, adds = s["prompt"], 1 if s["ready"] else 0
+            need = alloc + max(adds, 1) + watermark + committed
             if free() + sum(cache.values()) < need:
                 break
             waiting.popleft()
-            own = cache.pop(s["r"].traj_id, 0)
+            cache.pop(s["r"].traj_id, None)
             if free() < need:
                 evict(need - free())
             kv["admits"] += 1
-            s.update(no=kv["admits"], kv=s["prompt"])
-            kv["active"] += s["prompt"]
+            s.update(no=kv["admits"], kv=alloc)
+            kv["active"] += alloc
+            committed += adds
             if s["ready"]:
                 s.update(done=s["prompt"], cached=0)
                 decoding.append(s)
                 budget -= 1
                 continue
-            reuse = s.get("preempted") or not s["r"].full_prefill
-            s["cached"] = min(own, s["prompt"] - 1) if reuse else 0
-            s["done"] = s["cached"]
+            if not s.get("preempted"):
+                s["cached"] = cached  # the first admission's reuse is the turn's
+            s["done"] = cached
             prefilling.append(s)
             n = min(s["prompt"] - s["done"], budget)
             chunks.append((s, n))
@@ -145,6 +162,9 @@ def reference(hw, role, cfg, submissions, cap=None):
         for s, n in chunks:
             s["done"] += n
             s["pre"] += n
+            if chunk_kv:
+                s["kv"] += n
+                kv["active"] += n
         for s in sorted(decoding, key=lambda x: x["no"]):
             if s["gen"] >= s["r"].decode_tokens:
                 decoding.remove(s)
@@ -167,13 +187,14 @@ def reference(hw, role, cfg, submissions, cap=None):
     budget=st.sampled_from([512, 2048, 8192]),
     max_seqs=st.integers(1, 8),
     model=st.sampled_from(["qwen3-8b", "qwen3-30b-a3b"]),
+    admission=st.sampled_from(ADMISSIONS),
 )
 def test_analytical_worker_matches_iteration_by_iteration_reference(
-    reqs, role, budget, max_seqs, model
+    reqs, role, budget, max_seqs, model, admission
 ):
     """Same completions (time, tokens, cache hits) as stepping every single iteration."""
     hw = WorkerHardware(get_model(model), get_gpu("h100-sxm"), tp=2)
-    cfg = budget_config(budget, max_seqs)
+    cfg = dataclasses.replace(budget_config(budget, max_seqs), admission=admission)
     subs = submissions(reqs)
     expected = reference(hw, role, cfg, subs)
     got = run(InferenceWorker("w", hw, role, cfg), subs)
@@ -189,7 +210,7 @@ def test_analytical_worker_matches_iteration_by_iteration_reference(
         )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(
     reqs=st.lists(
         st.tuples(
@@ -207,15 +228,22 @@ def test_analytical_worker_matches_iteration_by_iteration_reference(
     role=st.sampled_from([Role.COLOCATED, Role.PREFILL, Role.DECODE]),
     budget=st.sampled_from([256, 1024, 4096]),
     max_seqs=st.integers(1, 8),
+    admission=st.sampled_from(ADMISSIONS),
 )
-def test_analytical_worker_matches_reference_under_kv_pressure(reqs, cap, role, budget, max_seqs):
+def test_analytical_worker_matches_reference_under_kv_pressure(
+    reqs, cap, role, budget, max_seqs, admission
+):
     """With a small KV pool (evictions, blocked admissions, preemptions with recompute)
-    the segment worker still matches the iteration-by-iteration reference exactly."""
+    the segment worker still matches the iteration-by-iteration reference exactly, with
+    whole-prompt and first-chunk admission."""
     reserve = 9e9 - 204e6 - 8000 * cap
     hw = toy(params=HardwareParams(activation_reserve_bytes=reserve))
     assert hw.kv_capacity_tokens == cap
     cfg = WorkerConfig(
-        max_batched_tokens=budget, prefill_max_batched_tokens=budget, max_num_seqs=max_seqs
+        max_batched_tokens=budget,
+        prefill_max_batched_tokens=budget,
+        max_num_seqs=max_seqs,
+        admission=admission,
     )
     w = InferenceWorker("w", hw, role, cfg)
     subs = []

@@ -57,6 +57,7 @@ class BatchingCore:
         if self.kv_capacity_tokens <= 0:
             raise ValueError(f"{worker_id}: weights do not fit on {hardware.tp} GPU(s)")
         self._watermark = math.ceil(self.config.kv_watermark_fraction * self.kv_capacity_tokens)
+        self._chunk_kv = self.config.admission == "first_chunk"  # KV allocated chunk by chunk
         self.cache = PrefixCache(
             int(self.config.prefix_cache_fraction * self.kv_capacity_tokens),
             enabled=self.config.prefix_caching,
@@ -113,6 +114,8 @@ class BatchingCore:
             min_left = min(min_left, left)
         d2 = d + len(chunks)
         free = self._free_tokens() - d * n
+        if self._chunk_kv:
+            free -= sum(c for _, c in chunks) * n
         if free < d2:
             return end
         k = min(int(min_left), free // d2)
@@ -174,13 +177,6 @@ class BatchingCore:
             free += self.cache.evict(need_tokens - free)
         return free >= need_tokens
 
-    def _make_room_for_decodes(self) -> None:
-        """Room for one token of growth of every decoding request: evict idle prefixes,
-        then preempt the most recently admitted running requests (whose KV becomes idle
-        prefixes in turn) until the decodes left fit."""
-        while not self._make_room(len(self._decoding)):
-            self._preempt_last()
-
     def _preempt_last(self) -> None:
         """Preempt the most recently admitted running request. Its computed KV stays as its
         trajectory's idle prefix (most recently used), as vLLM V1 keeps a preempted
@@ -201,53 +197,93 @@ class BatchingCore:
         self.stats.num_preemptions += 1
         self._waiting.appendleft(victim)
 
-    def _try_admit(self, seq: Seq) -> bool:
-        """Admit `seq` if its prompt (+1 token of growth and the watermark) fits once idle
-        prefixes are evicted, beside this iteration's token of every decoding request (a
-        scheduler allocates the running requests' slots before it admits); its own cached
-        prefix becomes part of its KV. Evicts nothing when it does not fit (FIFO
-        head-of-line blocking)."""
+    def _plan_running(self) -> tuple[list[tuple[Seq, int]], int, bool]:
+        """This iteration's prompt chunks of the admitted requests (in admission order,
+        under the token budget left by the decodes), the KV tokens the iteration adds (a
+        token per decode, and each chunk where the worker allocates KV chunk by chunk), and
+        whether it had to preempt: idle prefixes are evicted, then the most recently
+        admitted running requests preempted (their KV becoming idle prefixes in turn) until
+        the rest fit."""
+        preempted = False
+        while True:
+            budget = self.budget_tokens - len(self._decoding)
+            chunks: list[tuple[Seq, int]] = []
+            for s in self._prefilling:
+                if budget <= 0:
+                    break
+                n = min(s.prefill_left, budget)
+                chunks.append((s, n))
+                budget -= n
+            grow = len(self._decoding)
+            if self._chunk_kv:
+                grow += sum(n for _, n in chunks)
+            if self._make_room(grow):
+                return chunks, grow, preempted
+            self._preempt_last()
+            preempted = True
+
+    def _reused_tokens(self, seq: Seq, own: int) -> int:
+        """Tokens of `seq`'s prompt it may take from its trajectory's idle prefix of `own`."""
+        if seq.prefilled:
+            return 0
         prompt = seq.prompt
-        need = prompt + 1 + self._watermark + len(self._decoding)
+        if seq.num_preemptions:  # what it computed here before: its own tokens
+            return min(own, prompt - 1)
+        if seq.req.full_prefill:
+            return 0
+        cached = min(own, prompt - 1)
+        if seq.req.reusable_prefix_tokens is not None:
+            cached = min(cached, seq.req.reusable_prefix_tokens)
+        return cached
+
+    def _try_admit(self, seq: Seq, budget: int, committed: int) -> int | None:
+        """Admit `seq` if its KV fits once idle prefixes are evicted, beside the `committed`
+        tokens this iteration already adds (a scheduler allocates the running requests'
+        slots before it admits); returns the tokens its admission adds to this iteration
+        (None: it does not fit, and nothing was evicted: FIFO head-of-line blocking).
+
+        Its KV: the whole prompt and one token of growth (`admission` "prompt"), or its
+        cached prefix and its first chunk of at most `budget` tokens ("first_chunk"); a
+        request whose KV was transferred here takes all of it either way. Its own cached
+        prefix becomes part of its KV."""
+        prompt = seq.prompt
+        own_cached = self.cache.peek(seq.req.traj_id)
+        cached = self._reused_tokens(seq, own_cached)
+        if self._chunk_kv and not seq.prefilled:
+            alloc, adds = cached, min(prompt - cached, budget)
+        else:
+            alloc, adds = prompt, 1 if seq.prefilled else 0
+        need = alloc + max(adds, 1) + self._watermark + committed
         # cache.tokens includes this trajectory's own prefix, which is reused, not evicted
         if self._free_tokens() + self.cache.tokens < need:
-            return False
-        own = self.cache.take(seq.req.traj_id)
+            return None
+        self.cache.take(seq.req.traj_id)
         self._make_room(need)
-        cached = 0
-        if not seq.prefilled:
-            if seq.num_preemptions:  # what it computed here before: its own tokens
-                cached = min(own, prompt - 1)
-            elif not seq.req.full_prefill:
-                cached = min(own, prompt - 1)
-                if seq.req.reusable_prefix_tokens is not None:
-                    cached = min(cached, seq.req.reusable_prefix_tokens)
+        if seq.num_preemptions:
+            self.cache.record_readmission(cached)
+        elif not seq.prefilled:
             self.cache.record_lookup(cached)
         self._admissions += 1
-        seq.admit(self._admissions, self._t, cached)
-        self._kv_active += prompt
-        return True
+        seq.admit(self._admissions, self._t, cached, alloc)
+        self._kv_active += alloc
+        return adds
 
     def _compose(self) -> None:
         """Compose the segment starting at the current boundary `self._t`."""
         t = self._t
         cfg = self.config
-        if self._decoding:
-            self._make_room_for_decodes()
-        budget = self.budget_tokens - len(self._decoding)
-        chunks: list[tuple[Seq, int]] = []
-        for s in self._prefilling:
-            if budget <= 0:
-                break
-            n = min(s.prefill_left, budget)
-            chunks.append((s, n))
-            budget -= n
+        chunks, committed, preempted = self._plan_running()
+        budget = self.budget_tokens - len(self._decoding) - sum(n for _, n in chunks)
         running = len(self._decoding) + len(self._prefilling)
+        if preempted and running:
+            budget = 0  # a step that preempts admits nothing (vLLM V1's scheduler)
         while self._waiting and budget > 0 and running < cfg.max_num_seqs:
             s = self._waiting[0]
             assert s.t_submit_s <= t, "a request was composed before it arrived"
-            if not self._try_admit(s):
+            adds = self._try_admit(s, budget, committed)
+            if adds is None:
                 break
+            committed += adds
             self._waiting.popleft()
             running += 1
             if s.prefilled:  # KV arrived (decode worker): decode from this iteration on
@@ -292,7 +328,7 @@ class BatchingCore:
             full = (s.prefill_left - 1) // n  # identical iterations before the final chunk
             if full > 1:
                 want = min(full, self._min_decode_left()) if d else full
-                iters = self._growth_steps(d, want)
+                iters = self._growth_steps(d + (n if self._chunk_kv else 0), want)
         seg = Segment(t, d, self._ctx_sum, chunks, iters)
         hw = self.hw
         ends: list[float] = []
@@ -350,6 +386,9 @@ class BatchingCore:
                 s.prefill_done += c * n
                 st.prefill_tokens += c * n
                 s.new_prefill += c * n
+                if self._chunk_kv:
+                    s.kv += c * n
+                    self._kv_active += c * n
                 if s.prefill_done >= s.prompt:
                     finished_prefill.append(s)
         heap = self._finish_heap

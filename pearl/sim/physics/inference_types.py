@@ -65,7 +65,10 @@ class Completion:
     For `DECODE`: `finished` is always true and `generated_tokens == decode_tokens` target.
     Times are None for phases that did not happen on this worker (a decode worker has no
     prefill unless a preemption made it recompute). `new_prefill_tokens` counts every token
-    this worker prefilled for the request, recomputation included.
+    this worker prefilled for the request, recomputation included; `cached_prefix_tokens`
+    the prompt tokens its first admission found cached (as vLLM reports `num_cached_tokens`;
+    what a preempted request finds of its own KV when readmitted is the worker's
+    `cache.readmitted_hit_tokens`).
     """
 
     kind: CompletionKind
@@ -169,6 +172,9 @@ class StepStats:
         return self.busy_s / self.num_iterations if self.num_iterations else 0.0
 
 
+ADMISSIONS = ("prompt", "first_chunk")
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     """Engine knobs of a simulated worker (vLLM-like continuous batching). The defaults are
@@ -182,6 +188,10 @@ class WorkerConfig:
     # KV kept free when admitting (growth headroom); vLLM V1 keeps none by default (0.32's
     # SchedulerConfig.watermark is 0.0; 0.10's KV manager has none)
     kv_watermark_fraction: float = 0.0
+    # What admission reserves: "first_chunk", a request's first chunk, the rest chunk by
+    # chunk, preempting when KV runs out (vLLM V1 up to 0.11; ROLL pins vLLM 0.10.2), or
+    # "prompt", the whole prompt (vLLM 0.32's default, `scheduler_reserve_full_isl`)
+    admission: str = "first_chunk"
     # Record each request's start of decoding for `InferenceWorker.pop_decode_starts` (and
     # stop at every such boundary): off by default, it only serves phase events.
     report_decode_starts: bool = False
@@ -195,6 +205,8 @@ class WorkerConfig:
             raise ValueError("prefix_cache_fraction must be in [0, 1]")
         if not 0 <= self.kv_watermark_fraction < 0.5:
             raise ValueError("kv_watermark_fraction must be in [0, 0.5)")
+        if self.admission not in ADMISSIONS:
+            raise ValueError(f"admission must be one of {ADMISSIONS}, not {self.admission!r}")
 
 
 def rollout_engine_defaults() -> WorkerConfig:
@@ -205,5 +217,7 @@ def rollout_engine_defaults() -> WorkerConfig:
     which vLLM leaves `max_num_seqs` at its scheduler default, 128
     (`vllm/config/scheduler.py`, `SchedulerConfig.DEFAULT_MAX_NUM_SEQS`; vLLM's larger
     per-GPU defaults in `EngineArgs.get_batch_defaults` apply only to the `LLM` class and the
-    API server). The same on every GPU class; a prefill-only worker gets the same budget."""
+    API server). The same on every GPU class; a prefill-only worker gets the same budget.
+    ROLL pins `vllm==0.10.2` (`requirements_torch280_vllm.txt`), whose V1 scheduler admits a
+    request once its first chunk's KV fits (`admission="first_chunk"`)."""
     return WorkerConfig()

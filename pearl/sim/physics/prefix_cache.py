@@ -30,6 +30,8 @@ class PrefixCache:
         "hit_tokens",
         "num_evictions",
         "evicted_tokens",
+        "num_readmissions",
+        "readmitted_hit_tokens",
     )
 
     def __init__(self, limit_tokens: int, *, enabled: bool = True) -> None:
@@ -44,6 +46,8 @@ class PrefixCache:
         self.hit_tokens = 0
         self.num_evictions = 0
         self.evicted_tokens = 0
+        self.num_readmissions = 0
+        self.readmitted_hit_tokens = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -60,6 +64,12 @@ class PrefixCache:
         tokens = self._entries.pop(traj_id, 0)
         self.tokens -= tokens
         return tokens
+
+    def record_readmission(self, hit_tokens: int) -> None:
+        """Count a preempted request's readmission and the tokens of its own KV it found
+        (apart from the lookups: the hit rate is one of turns reusing earlier turns)."""
+        self.num_readmissions += 1
+        self.readmitted_hit_tokens += hit_tokens
 
     def record_lookup(self, hit_tokens: int) -> None:
         """Count one admission's lookup and the tokens it reused."""

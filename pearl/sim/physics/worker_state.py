@@ -13,7 +13,8 @@ from pearl.sim.physics.inference_types import Request
 
 class Seq:
     """One request on one worker. `prompt` = context + generated tokens at (re)admission;
-    `kv` = KV tokens allocated to it (the prompt, plus one per decode step)."""
+    `kv` = KV tokens allocated to it (the prompt, or its computed part where KV is allocated
+    chunk by chunk, plus one per decode step)."""
 
     __slots__ = (
         "req",
@@ -76,10 +77,11 @@ class Seq:
     def decode_steps(self) -> int:
         return self.generated - self.req.generated_tokens - self.num_prefill_samples
 
-    def admit(self, admit_no: int, t_s: float, cached_tokens: int) -> None:
+    def admit(self, admit_no: int, t_s: float, cached_tokens: int, kv_tokens: int) -> None:
         self.admit_no = admit_no
-        self.kv = self.prompt
-        self.cached = cached_tokens
+        self.kv = kv_tokens
+        if not self.num_preemptions:  # the turn's reuse, as vLLM reports num_cached_tokens
+            self.cached = cached_tokens
         self.prefill_done = self.prompt if self.prefilled else cached_tokens
 
     def start_decode(self, t_s: float, dstep: int) -> None:
@@ -107,7 +109,6 @@ class Seq:
         self.prefilled = False
         self.kv = 0
         self.prefill_done = 0
-        self.cached = 0
         self.in_decode = False
         self.num_preemptions += 1
 
