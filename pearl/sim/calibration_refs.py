@@ -362,12 +362,20 @@ def _qwen3_8b_tpot_ms() -> float:
     return serving.mean_tpot_s * 1e3
 
 
-def _qwen3_32b_decode_ms() -> float:
-    return _all_at_once("qwen3-32b", "h100-pcie", 100, 32000, 77).mean_tpot_s * 1e3
-
-
-def _qwen3_32b_a100_decode_ms() -> float:
-    return _all_at_once("qwen3-32b", "a100-80g", 100, 32000, 77).mean_tpot_s * 1e3
+def _qwen3_32b_tpot_32k_row(key: str, gpu: str, measured: float, what: str) -> Reference:
+    """The mean time per output token of GPUStack's 32K-input run of Qwen3-32B on `gpu`."""
+    card = "a100" if gpu.startswith("a100") else "h100"
+    return Reference(
+        key=key,
+        what=what,
+        setting=f"Qwen3-32B bf16, one {_GPU_NAMES[gpu]}, vLLM 0.11 `vllm serve` defaults",
+        source=_GPUSTACK.format(
+            page=f"qwen3-32b/{card}", what=f"random 32K-input run, 'Mean TPOT (ms): {measured}'"
+        ),
+        measured=measured,
+        unit="ms",
+        model=lambda: _all_at_once("qwen3-32b", gpu, 100, 32000, 77).mean_tpot_s * 1e3,
+    )
 
 
 def _efficiency(gpu: str, index: int) -> Callable[[], float]:
@@ -435,31 +443,21 @@ REFERENCES: tuple[Reference, ...] = (
         unit="ms",
         model=_qwen3_8b_tpot_ms,
     ),
-    Reference(
-        key="decode_qwen3_32b_32k",
-        what="decode at 32K tokens of context, one request at a time (its KV pool holds "
-        "one): mean TPOT; this row identifies the card",
-        setting="Qwen3-32B bf16, one H100 PCIe, vLLM 0.11 `vllm serve` defaults",
-        source=_GPUSTACK.format(
-            page="qwen3-32b/h100", what="random 32K-input run, 'Mean TPOT (ms): 43.42'"
-        ),
-        measured=43.42,
-        unit="ms",
-        model=_qwen3_32b_decode_ms,
+    _qwen3_32b_tpot_32k_row(
+        "decode_qwen3_32b_32k",
+        "h100-pcie",
+        43.42,
+        "decode at 32K tokens of context, one request at a time (its KV pool holds one): "
+        "mean TPOT; this row identifies the card",
     ),
-    Reference(
-        key="decode_qwen3_32b_a100_32k_admission",
-        what="100 requests of 32,000 tokens sent at once, 37K KV tokens: mean TPOT; this "
-        "row pins admission on the first chunk (vLLM 0.11): a later request prefills "
-        "beside the one decoding. Admission of the whole prompt (vLLM 0.32) gives 44.8 ms, "
-        "a lone decode step",
-        setting="Qwen3-32B bf16, one A100 80GB, vLLM 0.11 `vllm serve` defaults",
-        source=_GPUSTACK.format(
-            page="qwen3-32b/a100", what="random 32K-input run, 'Mean TPOT (ms): 67.87'"
-        ),
-        measured=67.87,
-        unit="ms",
-        model=_qwen3_32b_a100_decode_ms,
+    _qwen3_32b_tpot_32k_row(
+        "decode_qwen3_32b_a100_32k_admission",
+        "a100-80g",
+        67.87,
+        "100 requests of 32,000 tokens sent at once, 37K KV tokens: mean TPOT; this row pins "
+        "admission on the first chunk (vLLM 0.11): a later request prefills beside the one "
+        "decoding. Admission of the whole prompt (vLLM 0.32) gives 44.8 ms, a lone decode "
+        "step",
     ),
     *(_gpustack_row(key) for key in _GPUSTACK_SERVING),
     Reference(
