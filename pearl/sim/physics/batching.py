@@ -113,12 +113,12 @@ class BatchingCore:
             joiners_kv += s.prompt
             min_left = min(min_left, left)
         d2 = d + len(chunks)
-        free = self._free_tokens() - d * n
+        room = self._free_tokens() + self.cache.tokens - d * n  # free or evictable, after seg
         if self._chunk_kv:
-            free -= sum(c for _, c in chunks) * n
-        if free < d2:
+            room -= sum(c for _, c in chunks) * n
+        if room < d2:
             return end
-        k = min(int(min_left), free // d2)
+        k = min(int(min_left), room // d2)
         return end + self.hw.decode_stretch_time_s(d2, self._ctx_sum + d * n + joiners_kv, k)
 
     # -- internals: time -------------------------------------------------------------------
@@ -304,15 +304,15 @@ class BatchingCore:
             assert not self._waiting, "work is waiting but nothing can run"
             self._seg = None
 
-    def _growth_steps(self, d: int, want: int) -> int:
-        """Iterations (<= want) for which d decodes grow without touching other KV.
-
-        Lazy eviction: idle prefixes are evicted only when the KV is actually needed (at the
-        boundary where free room runs out, by `_compose`), so the stretch stops there.
-        """
-        if d == 0:
+    def _growth_steps(self, grow: int, want: int) -> int:
+        """Iterations (<= want) that can each add `grow` KV tokens without preempting: into
+        free KV, then evicting idle prefixes as the growth needs them. Evicting tail first,
+        a tokens and then b leave the cache as a + b at once do, so `_apply` evicts a
+        segment's whole need at its end, and the segment need not stop where free KV runs
+        out."""
+        if grow == 0:
             return want
-        return max(1, min(want, self._free_tokens() // d))
+        return max(1, min(want, (self._free_tokens() + self.cache.tokens) // grow))
 
     def _decode_stretch(self, t: float, d: int) -> Segment:
         k = self._min_decode_left()
@@ -391,6 +391,8 @@ class BatchingCore:
                     self._kv_active += c * n
                 if s.prefill_done >= s.prompt:
                     finished_prefill.append(s)
+        if self._free_tokens() < 0:  # the growth took idle prefixes' KV, iteration by iteration
+            self.cache.evict(-self._free_tokens())
         heap = self._finish_heap
         while heap and heap[0][0] <= self._dstep:
             _, no, s = heapq.heappop(heap)
