@@ -9,8 +9,8 @@ lengthen - the iterations of the decodes: prefill interrupts decode. A prefill-o
 hands requests back when their prompt is done (KV ready to transfer, first token sampled);
 a decode-only worker takes requests whose KV has arrived and only decodes.
 
-KV memory: the worker's pool (`kv_capacity_tokens`) holds the running requests' KV and the
-idle prefixes of the prefix cache. Admission allocates the whole prompt (FIFO head-of-line
+KV memory: the worker's pool (`KvPool`, `kv_capacity_tokens`) holds the running requests'
+KV and the idle prefixes of the prefix cache. Admission allocates the whole prompt (FIFO head-of-line
 blocking when it does not fit, after evicting idle prefixes LRU, each from its tail); decode
 growth evicts idle prefixes and then preempts the most recently admitted request, which keeps
 its generated tokens and recomputes later what of its KV was evicted meanwhile (preemption
@@ -34,6 +34,7 @@ from collections import deque
 from pearl.control.state import Role
 from pearl.sim.physics.inference_types import Completion, CompletionKind, WorkerConfig
 from pearl.sim.physics.iteration import WorkerHardware
+from pearl.sim.physics.kv_pool import KvPool
 from pearl.sim.physics.prefix_cache import PrefixCache
 from pearl.sim.physics.worker_state import Segment, Seq, WorkerStats
 
@@ -62,6 +63,7 @@ class BatchingCore:
             int(self.config.prefix_cache_fraction * self.kv_capacity_tokens),
             enabled=self.config.prefix_caching,
         )
+        self.kv = KvPool(self.kv_capacity_tokens, self.cache)
         self.role = role
         self._t = now_s  # last iteration boundary (or last idle time)
         self._waiting: deque[Seq] = deque()
@@ -74,7 +76,6 @@ class BatchingCore:
         self._dstep = 0
         self._finish_heap: list[tuple[int, int, Seq]] = []
         self._ctx_sum = 0  # sum of the decoding requests' KV tokens
-        self._kv_active = 0  # KV tokens allocated to admitted requests
         self._seg: Segment | None = None
         self._admissions = 0
         self._done: list[Completion] = []
@@ -113,7 +114,7 @@ class BatchingCore:
             joiners_kv += s.prompt
             min_left = min(min_left, left)
         d2 = d + len(chunks)
-        room = self._free_tokens() + self.cache.tokens - d * n  # free or evictable, after seg
+        room = self.kv.room_tokens - d * n  # after seg
         if self._chunk_kv:
             room -= sum(c for _, c in chunks) * n
         if room < d2:
@@ -166,17 +167,6 @@ class BatchingCore:
 
     # -- internals: composing an iteration (or a stretch of identical ones) --------------
 
-    def _free_tokens(self) -> int:
-        return self.kv_capacity_tokens - self._kv_active - self.cache.tokens
-
-    def _make_room(self, need_tokens: int) -> bool:
-        """Free KV for `need_tokens` by evicting idle prefixes (LRU, tails first). True if
-        the room exists."""
-        free = self._free_tokens()
-        if free < need_tokens:
-            free += self.cache.evict(need_tokens - free)
-        return free >= need_tokens
-
     def _preempt_last(self) -> None:
         """Preempt the most recently admitted running request. Its computed KV stays as its
         trajectory's idle prefix (most recently used), as vLLM V1 keeps a preempted
@@ -191,7 +181,7 @@ class BatchingCore:
         else:
             self._prefilling.remove(victim)
             computed = victim.prefill_done
-        self._kv_active -= victim.alloc
+        self.kv.release(victim.alloc)
         victim.preempt()
         self.cache.put(victim.req.traj_id, computed)
         self.stats.num_preemptions += 1
@@ -217,7 +207,7 @@ class BatchingCore:
             grow = len(self._decoding)
             if self._chunk_kv:
                 grow += sum(n for _, n in chunks)
-            if self._make_room(grow):
+            if self.kv.make_room(grow):
                 return chunks, grow, preempted
             self._preempt_last()
             preempted = True
@@ -254,18 +244,18 @@ class BatchingCore:
         else:
             alloc, adds = prompt, 1 if seq.prefilled else 0
         need = alloc + max(adds, 1) + self._watermark + committed
-        # cache.tokens includes this trajectory's own prefix, which is reused, not evicted
-        if self._free_tokens() + self.cache.tokens < need:
+        # the room includes this trajectory's own prefix, which is reused, not evicted
+        if self.kv.room_tokens < need:
             return None
         self.cache.take(seq.req.traj_id)
-        self._make_room(need)
+        self.kv.make_room(need)
         if seq.num_preemptions:
             self.cache.record_readmission(cached)
         elif not seq.prefilled:
             self.cache.record_lookup(cached)
         self._admissions += 1
         seq.admit(self._admissions, self._t, cached, alloc)
-        self._kv_active += alloc
+        self.kv.allocate(alloc)
         return adds
 
     def _compose(self) -> None:
@@ -306,13 +296,11 @@ class BatchingCore:
 
     def _growth_steps(self, grow: int, want: int) -> int:
         """Iterations (<= want) that can each add `grow` KV tokens without preempting: into
-        free KV, then evicting idle prefixes as the growth needs them. Evicting tail first,
-        a tokens and then b leave the cache as a + b at once do, so `_apply` evicts a
-        segment's whole need at its end, and the segment need not stop where free KV runs
-        out."""
+        free KV, then into idle prefixes' (`_apply` settles the eviction at the segment's
+        end, `KvPool.settle`), so a segment need not stop where free KV runs out."""
         if grow == 0:
             return want
-        return max(1, min(want, (self._free_tokens() + self.cache.tokens) // grow))
+        return max(1, min(want, self.kv.room_tokens // grow))
 
     def _decode_stretch(self, t: float, d: int) -> Segment:
         k = self._min_decode_left()
@@ -377,7 +365,7 @@ class BatchingCore:
             st.decode_context_steps += n * seg.ctx0 + d * n * (n - 1) / 2
             self._dstep += n
             self._ctx_sum += d * n
-            self._kv_active += d * n
+            self.kv.allocate(d * n)
         self._t = t_end
         finished_prefill: list[Seq] = []
         if seg.chunks is not None:
@@ -388,11 +376,10 @@ class BatchingCore:
                 s.new_prefill += c * n
                 if self._chunk_kv:
                     s.kv += c * n
-                    self._kv_active += c * n
+                    self.kv.allocate(c * n)
                 if s.prefill_done >= s.prompt:
                     finished_prefill.append(s)
-        if self._free_tokens() < 0:  # the growth took idle prefixes' KV, iteration by iteration
-            self.cache.evict(-self._free_tokens())
+        self.kv.settle()  # the growth took idle prefixes' KV, iteration by iteration
         heap = self._finish_heap
         while heap and heap[0][0] <= self._dstep:
             _, no, s = heapq.heappop(heap)
@@ -427,7 +414,7 @@ class BatchingCore:
         r = s.req
         if s.in_decode:
             self._ctx_sum -= s.kv
-        self._kv_active -= s.alloc
+        self.kv.release(s.alloc)
         prefill_role = self.role == Role.PREFILL
         kind = CompletionKind.PREFILL if prefill_role else CompletionKind.DECODE
         if self.role != Role.DECODE:

@@ -45,7 +45,7 @@ class InferenceWorker(BatchingCore):
     @property
     def kv_used_tokens(self) -> int:
         """KV held by running requests (idle cached prefixes excluded)."""
-        return self._kv_active
+        return self.kv.active_tokens
 
     @property
     def time_s(self) -> float:
@@ -164,7 +164,7 @@ class InferenceWorker(BatchingCore):
         self._decode_starts.clear()
         self._finish_heap.clear()
         self._ctx_sum = 0
-        self._kv_active = 0
+        self.kv.active_tokens = 0
         return out
 
     def withdraw(self, traj_id: int, now_s: float) -> int | None:
@@ -201,7 +201,7 @@ class InferenceWorker(BatchingCore):
             kv = held.kv
         else:
             return None
-        self._kv_active -= held.alloc
+        self.kv.release(held.alloc)
         if self.role != Role.DECODE:
             self.cache.put(traj_id, kv)
         return held.generated
