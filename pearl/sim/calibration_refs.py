@@ -14,9 +14,10 @@ fixed concurrency), the model runs the same closed loop on one simulated worker
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 
+from pearl.sim.calibration_moe import MOE_REFERENCES
+from pearl.sim.calibration_reference import CalibrationVerdict, Reference
 from pearl.sim.physics.iteration import DEFAULT_EFFICIENCY, WorkerHardware
 from pearl.sim.serving_replay import (
     VLLM_API_SERVER_LARGE_GPU,
@@ -25,67 +26,6 @@ from pearl.sim.serving_replay import (
     closed_loop_serving,
 )
 from pearl.specs import get_gpu, get_model
-
-
-@dataclass(frozen=True)
-class Reference:
-    """One published figure, how the model computes the same quantity, and the tolerance.
-
-    `low`/`high`: the accepted range of model / measured (a ratio tolerance), or, for a
-    ceiling (`kind="ceiling"`), the model must not exceed the measured value."""
-
-    key: str
-    what: str
-    setting: str
-    source: str
-    measured: float
-    unit: str
-    model: Callable[[], float]
-    low: float = 0.85
-    high: float = 1.15
-    kind: str = "ratio"
-    # Why the model misses this figure, where it is known to (reported, never tuned away;
-    # tests/sim/test_calibration_refs.py checks that it still misses, so a change that
-    # closes the gap has to say so here).
-    known_miss: str = ""
-
-    def evaluate(self) -> CalibrationVerdict:
-        value = self.model()
-        if self.kind == "ceiling":
-            ok = value <= self.measured
-            tol = "model <= measured"
-        else:
-            ratio = value / self.measured
-            ok = self.low <= ratio <= self.high
-            tol = f"model/measured in [{self.low:g}, {self.high:g}]"
-        return CalibrationVerdict(self, value, ok, tol)
-
-
-@dataclass(frozen=True, slots=True)
-class CalibrationVerdict:
-    ref: Reference
-    value: float
-    ok: bool
-    tolerance: str
-
-    @property
-    def ratio(self) -> float:
-        return self.value / self.ref.measured
-
-    def row(self) -> dict[str, object]:
-        r = self.ref
-        return {
-            "figure": r.what,
-            "setting": r.setting,
-            "measured": r.measured,
-            "model": round(self.value, 4),
-            "unit": r.unit,
-            "model/measured": round(self.ratio, 3),
-            "tolerance": self.tolerance,
-            "verdict": "within" if self.ok else f"MISS: {r.known_miss or 'unexplained'}",
-            "source": r.source,
-        }
-
 
 # -- the references ---------------------------------------------------------------------------
 _BLOG_A100 = (
@@ -460,6 +400,7 @@ REFERENCES: tuple[Reference, ...] = (
         "step",
     ),
     *(_gpustack_row(key) for key in _GPUSTACK_SERVING),
+    *MOE_REFERENCES,
     Reference(
         key="prefill_attention_h100",
         what="prefill attention throughput over a long prefix",

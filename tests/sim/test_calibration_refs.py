@@ -117,3 +117,36 @@ def test_decode_attention_rows_grow_with_batch_and_context() -> None:
     for key, verdict in v.items():
         assert verdict.ratio > 0.8, verdict.row()
         assert verdict.ok != bool(rows[key].known_miss)
+
+
+def test_qwen3_moe_spec_is_consistent() -> None:
+    """The MoE rows' model (and the rollout model): total and per-token active parameters
+    follow from its config fields (128 experts of 3 x hidden x 768, 8 a token, a router of
+    hidden x 128 per layer, untied embeddings)."""
+    m = get_model("qwen3-30b-a3b")
+    h, layers, d = m.hidden_size, m.num_hidden_layers, m.head_dim
+    assert m.num_experts and m.num_experts_per_tok and m.moe_intermediate_size
+    q, kv = m.num_attention_heads * d, m.num_key_value_heads * d
+    expert = 3 * h * m.moe_intermediate_size
+    shared = 2 * h * q + 2 * h * kv + 2 * h + 2 * d + h * m.num_experts  # attention, norms, router
+    embeddings = 2 * m.vocab_size * h
+    total = layers * (shared + m.num_experts * expert) + h + embeddings
+    active = layers * (shared + m.num_experts_per_tok * expert) + h + embeddings
+    assert m.params_total == total
+    assert m.params_active_per_token == active
+
+
+def test_moe_rows_pin_the_experts_not_the_h20() -> None:
+    """The MoE references: the H100 serving run within 5% (duration and TPOT), the MoE
+    against the dense model on one engine and card within 10%. The H20 page's absolute
+    times miss by about 2x for the dense model and the MoE alike (the card, not the MoE
+    model): each model's model/measured ratio on that page is within 10% of the other's."""
+    rows = {r.key: r for r in REFERENCES}
+    for key in ("moe_serving_30b_h100_duration", "moe_serving_30b_h100_tpot"):
+        assert 0.95 < rows[key].evaluate().ratio < 1.05
+    for key in ("moe_vs_dense_h20_1", "moe_vs_dense_h20_30720"):
+        assert 0.9 < rows[key].evaluate().ratio < 1.1
+    dense = rows["h20_qwen3_8b_batch1"].evaluate()
+    assert 0.4 < dense.ratio < 0.6
+    moe = rows["moe_vs_dense_h20_1"].evaluate()
+    assert moe.ratio == pytest.approx(1.0, abs=0.1)
