@@ -91,7 +91,7 @@ def _moe_vs_dense_row(input_tokens: int) -> Reference:
     return Reference(
         key=f"moe_vs_dense_h20_{input_tokens}",
         what=f"MoE against dense on one engine and card: Qwen3-30B-A3B's run time / "
-        f"Qwen3-8B's, {input_tokens:,} tokens in, 2,048 out",
+        f"Qwen3-8B's, {input_tokens:,} token{'' if input_tokens == 1 else 's'} in, 2,048 out",
         setting="one H20 96GB each, SGLang 0.4.6.post1, batch 1",
         source=_QWEN_SPEED.format(
             what=f"input {input_tokens}: Qwen3-30B-A3B {_QWEN_SPEED_TOK_S[(moe, input_tokens)]}"
