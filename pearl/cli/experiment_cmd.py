@@ -11,7 +11,8 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pearl.cli.output import console, err_console, guarded, output_dir, print_json
-from pearl.errors import InputError, from_validation
+from pearl.cli.sim_config import build_sim_config
+from pearl.errors import InputError
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
 
@@ -21,21 +22,37 @@ def register(app: typer.Typer) -> None:
     @guarded
     def experiment(
         name: str = typer.Argument(..., help="e2e, ablation, sensitivity, ratio, facts or ladder."),
-        out: Path = typer.Option(None, "--out", help="Write results.md, results.json, PNGs."),
+        out: Path = typer.Option(
+            None,
+            "--out",
+            help="Write results.md, results.json, PNGs and config.yaml (the config every "
+            "run started from: rerun with --config).",
+        ),
         batch: int = typer.Option(None, "--batch", help="Rollout batch size (64)."),
-        seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
+        seed: int = typer.Option(
+            None, "--seed", help="Seed of every random draw (the config's; 0 by default)."
+        ),
         duration: float = typer.Option(
             None, "--duration", help="Simulated seconds per run (default: the experiment's)."
         ),
         quick: bool = typer.Option(
             False, "--quick", help="A much smaller grid and shorter runs (smoke test, demo)."
         ),
+        config: Path = typer.Option(
+            None,
+            "--config",
+            help="YAML config every run starts from (see docs/simulator.md); what the "
+            "experiment varies (model, trace, budget, policies) it sets itself.",
+        ),
+        sets: list[str] = typer.Option(  # noqa: B008
+            None,
+            "--set",
+            help="Override any config field: section.field=value (repeatable), e.g. "
+            "rollout.workload.prefix_reuse=turn or engine.max_batched_tokens=16384.",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Run one of the paper's experiments in the simulator; print a markdown table."""
-        from pydantic import ValidationError
-
-        from pearl.sim.config import SimConfig
         from pearl.sim.experiments import EXPERIMENTS, quick_kwargs
 
         if name not in EXPERIMENTS:
@@ -44,7 +61,9 @@ def register(app: typer.Typer) -> None:
                 f"unknown experiment '{name}' (one of {', '.join(NAMES)})",
                 field="NAME",
             )
-        updates: dict[str, Any] = {"seed": seed}
+        updates: dict[str, Any] = {}
+        if seed is not None:
+            updates["seed"] = seed
         if batch is not None:
             updates["rollout.batch_size"] = batch
         elif quick:
@@ -55,10 +74,7 @@ def register(app: typer.Typer) -> None:
                 updates["trace.duration_s"] = duration or 400.0
         elif name in ("ablation", "sensitivity") and duration is not None:
             kwargs["duration_s"] = duration
-        try:
-            cfg = SimConfig().with_updates(**updates)
-        except ValidationError as err:
-            raise from_validation(err, "<argument>") from None
+        cfg = build_sim_config(config, updates, sets)
         output_dir(out)
         with Progress(
             TextColumn("{task.description}"),
@@ -77,7 +93,11 @@ def register(app: typer.Typer) -> None:
             result = EXPERIMENTS[name](cfg, progress=on_progress, **kwargs)
         files: list[str] = []
         if out is not None:
+            from pearl.sim.config import dump_config
+
             files = [str(p) for p in result.write(out)]
+            (out / "config.yaml").write_text(dump_config(cfg))
+            files.append(str(out / "config.yaml"))
             if result.timeline is not None:
                 from pearl.report.timeline import plot_timeline, segments
 

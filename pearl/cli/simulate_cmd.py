@@ -10,7 +10,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, output_dir, print_json
-from pearl.errors import InputError, from_validation
+from pearl.cli.sim_config import build_sim_config
+from pearl.errors import InputError
 
 
 def _build_config(
@@ -27,9 +28,6 @@ def _build_config(
     duration: float | None,
     sets: list[str] | None = None,
 ) -> Any:
-    from pearl.sim.config import SimConfig, load_config
-
-    cfg = load_config(config) if config is not None else SimConfig()
     updates: dict[str, Any] = {}
     if model is not None:
         updates["cluster.model"] = model
@@ -52,41 +50,7 @@ def _build_config(
         updates["trace.static_gpus"] = static_gpus
     if duration is not None:
         updates["trace.duration_s"] = duration
-    updates.update(_parse_sets(sets or []))
-    from pydantic import ValidationError
-
-    from pearl.world.sections import renamed_key
-
-    for key in updates:
-        if (new := renamed_key(key)) is not None:
-            raise InputError("<argument>", f"{key} was renamed: use {new}", field="--set")
-
-    try:
-        return cfg.with_updates(**updates)
-    except KeyError as err:
-        raise InputError(
-            "<argument>", f"no config section {err.args[0]!r}", field="--set"
-        ) from None
-    except ValidationError as err:
-        raise from_validation(err, "<argument>") from None
-
-
-def _parse_sets(sets: list[str]) -> dict[str, Any]:
-    """`--set section.field=value` pairs; the value is read as YAML (numbers, lists...)."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in sets:
-        key, eq, raw = item.partition("=")
-        if not eq or not key.strip():
-            raise InputError("<argument>", f"expected KEY=VALUE, got {item!r}", field="--set")
-        try:
-            out[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise InputError(
-                "<argument>", f"value of {key!r} is not valid YAML", field="--set"
-            ) from None
-    return out
+    return build_sim_config(config, updates, sets)
 
 
 def _print_table(doc: dict[str, Any]) -> None:

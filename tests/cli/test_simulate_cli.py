@@ -105,6 +105,45 @@ def test_experiment_quick_writes_table_and_plots(tmp_path: Path) -> None:
     assert (tmp_path / "ratio.png").stat().st_size > 0
 
 
+@pytest.mark.slow
+def test_experiment_runs_from_a_config_and_sets(tmp_path: Path) -> None:
+    """`pearl experiment --config F --set K=V` starts every run from that config with the
+    override (here a prefill-only budget the table can show), and --out writes the config
+    it ran (the experiment reruns from it)."""
+    cfg = tmp_path / "in.yaml"
+    cfg.write_text("seed: 3\nengine:\n  max_batched_tokens: 4096\n")
+    out = tmp_path / "out"
+    args = ["experiment", "ratio", "--quick", "--config", str(cfg)]
+    res = runner.invoke(app, [*args, "--set", "engine.max_num_seqs=64", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    ran = yaml.safe_load((out / "config.yaml").read_text())
+    assert ran["seed"] == 3
+    assert ran["engine"]["max_batched_tokens"] == 4096 and ran["engine"]["max_num_seqs"] == 64
+    again = runner.invoke(
+        app, ["experiment", "ratio", "--quick", "--config", str(out / "config.yaml"), "--json"]
+    )
+    assert again.exit_code == 0, again.output
+    assert (
+        json.loads(again.stdout)["rows"] == json.loads((out / "results.json").read_text())["rows"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "needles"),
+    [
+        (["--set", "engine.nosuch=1"], ["engine", "nosuch"]),
+        (["--set", "rollout.workload.prefix_reuse=turns"], ["prefix_reuse"]),
+        (["--set", "novalue"], ["--set", "KEY=VALUE"]),
+    ],
+)
+def test_experiment_bad_set_is_one_line_exit_2(extra: list[str], needles: list[str]) -> None:
+    """A bad override of an experiment is refused before any run, naming the field."""
+    res = runner.invoke(app, ["experiment", "facts", "--quick", *extra])
+    assert res.exit_code == 2, res.output
+    assert all(n in res.stderr for n in needles), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
 def test_unknown_experiment_exit_2() -> None:
     """An unknown experiment name is one line on stderr, exit 2."""
     res = runner.invoke(app, ["experiment", "nosuch"])

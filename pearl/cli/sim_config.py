@@ -1,0 +1,54 @@
+"""The simulation config a command runs: a YAML file or the defaults, the command's own
+options, then `--set section.field=value` overrides; every error names the file or option
+and the field, before any simulated work starts. Shared by `pearl simulate` and
+`pearl experiment`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pearl.errors import InputError, from_validation
+
+
+def parse_sets(sets: list[str]) -> dict[str, Any]:
+    """`--set section.field=value` pairs; the value is read as YAML (numbers, lists...)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise InputError("<argument>", f"expected KEY=VALUE, got {item!r}", field="--set")
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise InputError(
+                "<argument>", f"value of {key!r} is not valid YAML", field="--set"
+            ) from None
+    return out
+
+
+def build_sim_config(
+    config: Path | None, updates: dict[str, Any], sets: list[str] | None = None
+) -> Any:
+    """`config` (or the defaults) with the command's `updates`, then the `--set` pairs
+    (which win over both)."""
+    from pydantic import ValidationError
+
+    from pearl.sim.config import SimConfig, load_config
+    from pearl.world.sections import renamed_key
+
+    cfg = load_config(config) if config is not None else SimConfig()
+    merged = {**updates, **parse_sets(sets or [])}
+    for key in merged:
+        if (new := renamed_key(key)) is not None:
+            raise InputError("<argument>", f"{key} was renamed: use {new}", field="--set")
+    try:
+        return cfg.with_updates(**merged)
+    except KeyError as err:
+        raise InputError(
+            "<argument>", f"no config section {err.args[0]!r}", field="--set"
+        ) from None
+    except ValidationError as err:
+        raise from_validation(err, "<argument>") from None
