@@ -18,6 +18,7 @@ from functools import cache
 
 from pearl.sim.calibration_moe import MOE_REFERENCES
 from pearl.sim.calibration_reference import CalibrationVerdict, Reference
+from pearl.sim.calibration_vidur import VIDUR_REFERENCES
 from pearl.sim.physics.iteration import DEFAULT_EFFICIENCY, WorkerHardware
 from pearl.sim.serving_replay import (
     VLLM_API_SERVER_LARGE_GPU,
@@ -61,109 +62,6 @@ def _decode_tok_s_c1() -> float:
 
 def _gain_c8() -> float:
     return _serve(8).output_tokens_per_s / _serve(1).output_tokens_per_s
-
-
-# Vidur (Agrawal et al., MLSys 2024) profiles every operator of a model on real GPUs with
-# CUDA events; its H100 profile of Llama-2-7B (a dense 32-layer, 4096-wide model with an
-# 11,008-wide gated MLP, the closest profiled relative of Qwen3-8B's 36 x 4096 x 12,288)
-# gives, per decoder layer at tp 1, the median milliseconds of the dense operators: QKV and
-# output projections, gated-MLP up and down projections, the two RMSNorms, RoPE, the
-# activation and the two residual adds (everything of a layer but attention itself).
-_VIDUR_H100 = (
-    "Vidur (Agrawal et al., MLSys 2024), operator profiles measured on an H100: "
-    "github.com/microsoft/vidur data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv "
-    "(commit 7d47513), tp 1, sum of the per-layer medians of every operator but attention"
-)
-_VIDUR_DENSE_MS = {
-    1: 0.176,
-    32: 0.183,
-    128: 0.201,
-    256: 0.289,
-    512: 0.379,
-    1024: 0.664,
-    4096: 2.623,
-}
-
-
-@cache
-def _h100_llama2() -> WorkerHardware:
-    return WorkerHardware(get_model("llama-2-7b"), get_gpu("h100-sxm"))
-
-
-def _dense_layer_ms(num_tokens: int) -> Callable[[], float]:
-    """The model's time of one decoder layer's dense operators over `num_tokens` tokens:
-    the dense-layer group of an iteration (its own roofline) plus the iteration's fixed
-    cost (launches, scheduling), both shared evenly by the layers. Vidur's per-operator
-    medians include each kernel's fixed cost, which the model keeps in that fixed cost."""
-
-    def value() -> float:
-        hw = _h100_llama2()
-        dense = hw.dense_time_s(num_tokens)
-        return (dense + hw.params.iteration_overhead_s) / hw.model.num_hidden_layers * 1e3
-
-    return value
-
-
-def _vidur_row(num_tokens: int, what: str, known_miss: str = "") -> Reference:
-    return Reference(
-        key=f"dense_layer_h100_{num_tokens}",
-        what=what,
-        setting=f"Llama-2-7B bf16, H100, one decoder layer's dense operators, {num_tokens:,} "
-        + ("token" if num_tokens == 1 else "tokens")
-        + " in the iteration",
-        source=_VIDUR_H100,
-        measured=_VIDUR_DENSE_MS[num_tokens],
-        unit="ms",
-        model=_dense_layer_ms(num_tokens),
-        known_miss=known_miss,
-    )
-
-
-# Vidur's decode-attention profile on A100s (an earlier profile than the H100 one above, the
-# only one of its attention profiles stored with its contents): Llama-2-70B at tensor
-# parallel 2, so per GPU 32 query and 4 KV heads of 128, FlashAttention 2 on a paged KV
-# cache (blocks of 16 tokens), median ms per layer of the decode attention kernel for a
-# batch of sequences of equal context. The kernel's fixed cost (its time at one sequence of
-# 32 tokens, 15 us) is taken off: the model keeps fixed costs in the iteration's, and the
-# rows check how fast the KV cache is read, the decode cost that grows with context.
-_VIDUR_A100_ATTENTION = (
-    "Vidur (Agrawal et al., MLSys 2024), operator profiles measured on A100s: "
-    "github.com/microsoft/vidur data/profiling/a100/attention.csv (commit e2d00e9, May "
-    "2024), Llama-2-70B at tp 2, FlashAttention 2, paged KV; median of the decode attention "
-    "kernel per layer less its fixed cost (0.015 ms at 1 sequence of 32 tokens)"
-)
-_VIDUR_ATTENTION_FLOOR_MS = 0.015
-_VIDUR_DECODE_ATTENTION_MS = {
-    (8, 4032): 0.057,
-    (64, 4032): 0.407,
-    (128, 4032): 0.667,
-    (32, 1024): 0.064,
-    (32, 2048): 0.108,
-    (32, 4032): 0.192,
-}
-
-
-@cache
-def _a100_llama2_70b() -> WorkerHardware:
-    return WorkerHardware(get_model("llama-2-70b"), get_gpu("a100-80g"), tp=2)
-
-
-def _decode_attention_row(batch: int, context: int, known_miss: str = "") -> Reference:
-    def model() -> float:
-        hw = _a100_llama2_70b()
-        t = hw.decode_attention_time_s(batch, batch * context)
-        return t / hw.model.num_hidden_layers * 1e3
-
-    return Reference(
-        key=f"decode_attention_a100_{batch}x{context}",
-        what=f"decode attention, {batch} sequences of {context:,} tokens: KV read per layer",
-        setting="Llama-2-70B bf16, 2 x A100 (tp 2), FlashAttention 2, paged KV",
-        source=_VIDUR_A100_ATTENTION,
-        measured=_VIDUR_DECODE_ATTENTION_MS[(batch, context)] - _VIDUR_ATTENTION_FLOOR_MS,
-        unit="ms",
-        model=model,
-        known_miss=known_miss,
-    )
 
 
 # Prefill attention: vLLM runs FlashAttention 3 on Hopper by default
@@ -235,16 +133,6 @@ _GPUSTACK_PREFILL_MISS = (
     "the SXM's 0.60; a 350 W PCIe card holding lower clocks would explain it, but no "
     "measurement of the PCIe card pins its efficiency, so the SXM's stays"
 )
-_GPUSTACK_ADMISSION_MISS = (
-    "the model is {pct} slow. Qwen3-32B leaves one A100 37K KV tokens, so admission matters: "
-    "vLLM 0.11 admitted a request once its first 2,048-token chunk fit, so the next request "
-    "prefilled beside the one decoding (the 32K run decodes at 67.9 ms a token, a lone "
-    "decode step being 45 ms). The replay admits that way too (its per-token time is within "
-    "11%, the row above), keeps a preempted request's KV in the prefix cache and no "
-    "watermark, as vLLM V1 does, and still leaves the durations 12-20% slow, so the rest is "
-    "unexplained: the 32B's wider GEMMs may run nearer peak than the one A100 efficiency the "
-    "model uses (its 14B rows are within 7%)"
-)
 
 
 # (model, GPU, requests, prompt, output tokens): benchmark duration in s, and why the model
@@ -253,12 +141,9 @@ _GPUSTACK_SERVING: dict[tuple[str, str, int, int, int], tuple[float, str]] = {
     ("qwen3-14b", "a100-80g", 100, 32000, 99): (724.56, ""),
     ("qwen3-14b", "a100-80g", 500, 3996, 200): (407.05, ""),
     ("qwen3-14b", "a100-80g", 500, 1996, 100): (175.66, ""),
-    ("qwen3-32b", "a100-80g", 100, 32000, 77): (
-        1783.59,
-        _GPUSTACK_ADMISSION_MISS.format(pct="19%"),
-    ),
+    ("qwen3-32b", "a100-80g", 100, 32000, 77): (1783.59, ""),
     ("qwen3-32b", "a100-80g", 500, 3996, 200): (1141.94, ""),
-    ("qwen3-32b", "a100-80g", 500, 1996, 100): (415.71, _GPUSTACK_ADMISSION_MISS.format(pct="20%")),
+    ("qwen3-32b", "a100-80g", 500, 1996, 100): (415.71, ""),
     ("qwen3-14b", "h100-pcie", 100, 32000, 99): (386.80, _GPUSTACK_PREFILL_MISS.format(pct="15%")),
     ("qwen3-14b", "h100-pcie", 500, 3996, 200): (227.57, ""),
     ("qwen3-14b", "h100-pcie", 500, 1996, 100): (98.91, _GPUSTACK_PREFILL_MISS.format(pct="21%")),
@@ -362,35 +247,7 @@ REFERENCES: tuple[Reference, ...] = (
         unit="x",
         model=_gain_c8,
     ),
-    _vidur_row(1, "decode iteration, one sequence: dense layers (weight read)"),
-    _vidur_row(32, "decode iteration, 32 sequences: dense layers"),
-    _vidur_row(128, "iteration of 128 tokens: dense layers below the roofline's knee"),
-    _vidur_row(256, "iteration of 256 tokens: dense layers at the roofline's knee"),
-    _vidur_row(512, "iteration of 512 tokens: dense layers above the roofline's knee"),
-    _vidur_row(1024, "prefill chunk of 1,024 tokens: dense layers"),
-    _vidur_row(4096, "prefill chunk of 4,096 tokens: dense layers (compute side)"),
-    _decode_attention_row(8, 4032),
-    _decode_attention_row(
-        64,
-        4032,
-        known_miss=(
-            "the kernel reads 64 sequences at 1.35 TB/s against 1.49 at 32 and 1.62 at 128 "
-            "(its split of the work across the GPU's cores), the model's single KV-read "
-            "rate is 19% optimistic there"
-        ),
-    ),
-    _decode_attention_row(128, 4032),
-    _decode_attention_row(
-        32,
-        1024,
-        known_miss=(
-            "short contexts leave the kernel little work per sequence (64 KV blocks), so it "
-            "reads the cache 18% slower than the model's rate; the agentic contexts the "
-            "world decodes are 3-32K tokens"
-        ),
-    ),
-    _decode_attention_row(32, 2048),
-    _decode_attention_row(32, 4032),
+    *VIDUR_REFERENCES,
     Reference(
         key="decode_qwen3_8b_h100",
         what="decode step of the rollout model, one request at a time (mean TPOT)",

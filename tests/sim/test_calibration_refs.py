@@ -3,6 +3,8 @@ reference row within its stated tolerance, and the serving benchmark loop itself
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from pearl.sim.calibration_refs import REFERENCES
@@ -93,9 +95,13 @@ def test_serving_rows_decode_within_and_need_the_drivers_memory() -> None:
     assert len(serving) == 12
     for v in serving.values():
         assert 0.75 < v.ratio < 1.25, v.row()
-    # Qwen3-14B on an A100 80GB, where KV rarely binds: every run within 10%.
-    for key in ("serving_14b_a100_32000", "serving_14b_a100_3996", "serving_14b_a100_1996"):
-        assert 0.9 < serving[key].ratio < 1.1, serving[key].row()
+    # On the A100 80GB, whose compute efficiency comes from Vidur's operator profiles and
+    # not from these runs: every run within the table's 15%, and the six together within 5%
+    # (geometric mean of model / measured).
+    a100 = [v for k, v in serving.items() if "_a100_" in k]
+    assert len(a100) == 6
+    assert all(0.85 <= v.ratio <= 1.15 for v in a100), [v.row() for v in a100]
+    assert 0.95 < math.exp(sum(math.log(v.ratio) for v in a100) / len(a100)) < 1.05
     gpu = get_gpu("h100-pcie")
     hw = WorkerHardware(get_model("qwen3-32b"), gpu)
     assert hw.kv_capacity_tokens > 32_077
@@ -150,3 +156,30 @@ def test_moe_rows_pin_the_experts_not_the_h20() -> None:
     assert 0.4 < dense.ratio < 0.6
     moe = rows["moe_vs_dense_h20_1"].evaluate()
     assert moe.ratio == pytest.approx(1.0, abs=0.1)
+
+
+def test_a100_compute_efficiency_is_the_profiles_fit() -> None:
+    """The A100's compute efficiency is pinned by Vidur's A100 operator profiles: a 4,096-
+    token prefill chunk of Llama-2-7B, Llama-3-8B and Llama-2-70B within 15% each and 10%
+    together, where the 0.55 used before was 16-30% slow on all three."""
+    from pearl.sim.physics.iteration import DEFAULT_EFFICIENCY, HardwareParams
+
+    rows = [
+        r for r in REFERENCES if r.key.startswith("dense_layer_a100_") and r.key.endswith("_4096")
+    ]
+    assert len(rows) == 3
+    ratios = [r.evaluate().ratio for r in rows]
+    assert all(0.85 <= x <= 1.15 for x in ratios), ratios
+    assert 0.9 < math.exp(sum(math.log(x) for x in ratios) / 3) < 1.1
+    assert DEFAULT_EFFICIENCY["a100-80g"] == DEFAULT_EFFICIENCY["a100-40g"]
+    for r in rows:
+        model = r.key.removeprefix("dense_layer_a100_").removesuffix("_4096")
+        old = WorkerHardware(
+            get_model(model), get_gpu("a100-80g"), params=HardwareParams(compute_efficiency=0.55)
+        )
+        t = (
+            (old.dense_time_s(4096) + old.params.iteration_overhead_s)
+            / old.model.num_hidden_layers
+            * 1e3
+        )
+        assert t / r.measured > 1.15
