@@ -144,6 +144,28 @@ def test_experiment_bad_set_is_one_line_exit_2(extra: list[str], needles: list[s
     assert len(res.stderr.strip().splitlines()) == 1
 
 
+def test_facts_reports_a_split_that_finishes_no_batch() -> None:
+    """A configuration slower than the run is long (a short --quick run on an A100, where
+    one P:D split finishes no batch in 400 simulated seconds) is reported as such and
+    loses every comparison; the experiment does not fail at its end. The §3.2 rows run on
+    the configured card too."""
+    res = runner.invoke(
+        app, ["experiment", "facts", "--quick", "--set", "cluster.gpu=a100-80g", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    notes = " ".join(doc["notes"])
+    assert "no batch finished" in notes and "--duration" in notes
+    h100 = json.loads(runner.invoke(app, ["experiment", "facts", "--quick", "--json"]).stdout)
+    share = [
+        r["simulated"] for r in doc["rows"] if r["fact"].startswith("§3.2 prefill share of time")
+    ]
+    share_h100 = [
+        r["simulated"] for r in h100["rows"] if r["fact"].startswith("§3.2 prefill share of time")
+    ]
+    assert share and share != share_h100
+
+
 def test_unknown_experiment_exit_2() -> None:
     """An unknown experiment name is one line on stderr, exit 2."""
     res = runner.invoke(app, ["experiment", "nosuch"])
