@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -9,7 +10,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, print_json
-from pearl.errors import InputError, from_validation
+from pearl.cli.sim_config import build_sim_config
+from pearl.errors import InputError
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -28,8 +30,10 @@ def register(app: typer.Typer) -> None:
     @app.command("validate")
     @guarded
     def validate(
-        model: str = typer.Option("qwen3-8b", "--model", help="qwen3-8b or qwen3-30b-a3b."),
-        gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU type."),
+        model: str = typer.Option(
+            None, "--model", help="qwen3-8b or qwen3-30b-a3b (the config's; qwen3-8b)."
+        ),
+        gpu: str = typer.Option(None, "--gpu", help="GPU type (the config's; h100-sxm)."),
         budgets: str = typer.Option("4,8,12", "--budgets", help="GPU budgets of the grid."),
         batches: str = typer.Option("32,64", "--batches", help="Batch sizes of the grid."),
         steps: int = typer.Option(
@@ -41,21 +45,31 @@ def register(app: typer.Typer) -> None:
             min=1,
             help="Rollout steps of each of the two runs the engine's profile is learned from.",
         ),
-        seed: int = typer.Option(0, "--seed", help="Seed of every random draw."),
+        seed: int = typer.Option(
+            None, "--seed", help="Seed of every random draw (the config's; 0 by default)."
+        ),
+        config: Path = typer.Option(
+            None,
+            "--config",
+            help="YAML config the grid's runs start from (see docs/simulator.md); the grid "
+            "sets the budget, the batch and the configuration itself.",
+        ),
+        sets: list[str] = typer.Option(  # noqa: B008
+            None,
+            "--set",
+            help="Override any config field: section.field=value (repeatable), e.g. "
+            "rollout.workload.prefix_reuse=turn.",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Predicted vs simulated makespan over a grid; is the chosen config the best?"""
-        from pydantic import ValidationError
-
-        from pearl.sim.config import SimConfig
         from pearl.sim.validate import validate as run_validation
 
-        try:
-            cfg = SimConfig().with_updates(
-                **{"cluster.model": model, "cluster.gpu": gpu, "seed": seed}
-            )
-        except ValidationError as err:
-            raise from_validation(err, "<argument>") from None
+        updates: dict[str, Any] = {}
+        for key, value in (("cluster.model", model), ("cluster.gpu", gpu), ("seed", seed)):
+            if value is not None:
+                updates[key] = value
+        cfg = build_sim_config(config, updates, sets)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),

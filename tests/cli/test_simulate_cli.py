@@ -188,6 +188,21 @@ def test_validate_json_reports_errors_and_choices() -> None:
     assert all(len(p["simulated_steps_s"]) == 1 for p in doc["points"])
 
 
+def test_validate_takes_a_config_and_sets(tmp_path: Path) -> None:
+    """`pearl validate --config F --set K=V` runs its grid from that config (here another
+    workload, which changes the simulated makespans), and a bad override is one line."""
+    tiny = "validate --budgets 2 --batches 8 --steps 1 --profile-steps 1 --json".split()
+    base = json.loads(runner.invoke(app, tiny).stdout)
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text("rollout:\n  workload:\n    prefix_reuse: context\n")
+    res = runner.invoke(app, [*tiny, "--config", str(cfg), "--set", "seed=0"])
+    assert res.exit_code == 0, res.output
+    other = json.loads(res.stdout)
+    assert [p["simulated_s"] for p in other["points"]] != [p["simulated_s"] for p in base["points"]]
+    bad = runner.invoke(app, [*tiny, "--set", "rollout.nosuch=1"])
+    assert bad.exit_code == 2 and "nosuch" in bad.stderr
+
+
 def test_simulate_on_a_trace_file(tmp_path: Path) -> None:
     """--trace accepts a trace file; its preemptible GPUs are counted as available."""
     from pearl.traces import periodic, save_json_trace
