@@ -16,8 +16,8 @@ from pearl.sim.physics.iteration import WorkerHardware
 from pearl.sim.serving_replay import VLLM_API_SERVER_LARGE_GPU, Serving, closed_loop_serving
 from pearl.specs import get_gpu, get_model
 
-# The MoE model (Qwen3-30B-A3B) against two runs of real engines, neither of which the world
-# was fitted to:
+# The MoE model (Qwen3-30B-A3B) against published runs of real engines, none of which the
+# world was fitted to:
 # * vLLM PR #23151 (github.com/vllm-project/vllm, 2025-08-19, vLLM main just after the
 #   0.10.1 release): `vllm serve Qwen/Qwen3-30B-A3B` on one H100 (tp 1, bf16, defaults), then
 #   `benchmark_serving.py --dataset-name random --random-input 2048 --random-output 1024
