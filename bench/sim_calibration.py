@@ -20,11 +20,16 @@ from pearl.sim.experiments import facts, quick_kwargs
 
 
 def _refs_table() -> list[str]:
+    verdicts = evaluate_all()
+    within = sum(v.ok for v in verdicts)
     lines = [
+        f"{within} of {len(verdicts)} rows within their tolerance; the "
+        f"{len(verdicts) - within} others are misses whose cause each row states.",
+        "",
         "| figure | setting | measured | model | model/measured | tolerance | verdict | source |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for v in evaluate_all():
+    for v in verdicts:
         r = v.row()
         lines.append(
             f"| {r['figure']} | {r['setting']} | {r['measured']:.3g} {r['unit']} "
