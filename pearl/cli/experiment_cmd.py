@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pearl.cli.output import console, err_console, guarded, output_dir, print_json
 from pearl.cli.sim_config import build_sim_config
-from pearl.errors import InputError
+from pearl.errors import InputError, from_validation
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
 
@@ -53,7 +53,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Run one of the paper's experiments in the simulator; print a markdown table."""
-        from pearl.sim.experiments import EXPERIMENTS, quick_kwargs
+        from pydantic import ValidationError
+
+        from pearl.sim.experiments import EXPERIMENTS, models_run, quick_kwargs
 
         if name not in EXPERIMENTS:
             raise InputError(
@@ -75,6 +77,18 @@ def register(app: typer.Typer) -> None:
         elif name in ("ablation", "sensitivity") and duration is not None:
             kwargs["duration_s"] = duration
         cfg = build_sim_config(config, updates, sets)
+        for model in models_run(name, cfg.cluster.model, kwargs):
+            # the experiment sets the model of each row itself: check each one fits the
+            # configured card before any run, as the config check does for its own model
+            try:
+                cfg.with_updates(**{"cluster.model": model})
+            except ValidationError as err:
+                base = from_validation(err, "<argument>")
+                raise InputError(
+                    "<argument>",
+                    f"experiment {name} runs {model}: {base.message}",
+                    field=base.field,
+                ) from None
         output_dir(out)
         with Progress(
             TextColumn("{task.description}"),

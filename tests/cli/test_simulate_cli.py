@@ -166,6 +166,17 @@ def test_facts_reports_a_split_that_finishes_no_batch() -> None:
     assert share and share != share_h100
 
 
+@pytest.mark.parametrize("name", ["facts", "ladder", "e2e"])
+def test_experiment_refuses_a_card_one_of_its_models_does_not_fit(name: str) -> None:
+    """An experiment runs models of its own (facts: Qwen3-30B-A3B for §3.2 even with
+    --quick); a card that cannot hold one is one line naming the model and the field,
+    exit 2, before any run, never a traceback from a worker."""
+    res = runner.invoke(app, ["experiment", name, "--set", "cluster.gpu=a100-40g"])
+    assert res.exit_code == 2, res.output
+    assert "qwen3-30b-a3b" in res.stderr and "gpus_per_worker=2 fits" in res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
 def test_unknown_experiment_exit_2() -> None:
     """An unknown experiment name is one line on stderr, exit 2."""
     res = runner.invoke(app, ["experiment", "nosuch"])

@@ -43,4 +43,18 @@ def quick_kwargs(name: str) -> dict[str, Any]:
     return dict(QUICK[name])
 
 
-__all__ = ["EXPERIMENTS", "BarPlot", "ExperimentResult", "quick_kwargs"]
+def models_run(name: str, configured: str, kwargs: dict[str, Any]) -> tuple[str, ...]:
+    """The models experiment `name` simulates with `kwargs`, so that a card or tensor
+    parallelism that cannot hold one is refused before any run: `e2e` and `ladder` run
+    their `models`; `facts` runs Qwen3-8B (§3.1) and Qwen3-30B-A3B (§3.2) whatever its
+    `models` (§3.3); the others the configured model."""
+    module = {"e2e": e2e, "ladder": ladder, "facts": facts}.get(name)
+    if module is None:
+        return (configured,)
+    models = tuple(kwargs.get("models", module.MODELS))
+    if name == "facts":
+        models = tuple(dict.fromkeys((*models, "qwen3-8b", "qwen3-30b-a3b")))
+    return models
+
+
+__all__ = ["EXPERIMENTS", "BarPlot", "ExperimentResult", "models_run", "quick_kwargs"]
