@@ -277,6 +277,14 @@ class SimConfig(_Model):
             raise ValueError(
                 f"trace.static_gpus: {n} GPU(s) hold no worker of cluster.gpus_per_worker={tp}"
             )
+        split = next((p for p in self.policies if "disagg:" in p), None)
+        if n is not None and split is not None and n // tp < 2:
+            raise ValueError(
+                f"policies: {split} needs a prefill and a decode worker, and "
+                f"trace.static_gpus={n} holds {n // tp} worker(s) of "
+                f"cluster.gpus_per_worker={tp} (on a trace, a split on one worker runs "
+                "colocated until the pool grows)"
+            )
         return self
 
     def with_updates(self, **dotted: Any) -> SimConfig:

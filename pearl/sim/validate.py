@@ -187,7 +187,9 @@ def simulate_makespans(
 
 
 def learn_profile(cfg: SimConfig, *, num_gpus: int = 4, num_steps: int = 2) -> WorkloadProfile:
-    """A profile learned by the runtime tracker from simulated telemetry."""
+    """A profile learned by the runtime tracker from simulated telemetry: a colocated run
+    on `num_gpus` and a disaggregated one split in half (on 2 GPUs when `num_gpus` is 1,
+    since a split needs a prefill and a decode worker)."""
     from pearl.control.profile import HardwarePrior
     from pearl.control.tracker import RuntimeTracker
     from pearl.specs import get_gpu, get_model
@@ -198,8 +200,9 @@ def learn_profile(cfg: SimConfig, *, num_gpus: int = 4, num_steps: int = 2) -> W
         gpus_per_worker=cfg.cluster.gpus_per_worker,
     )
     tracker = RuntimeTracker(prior)
-    half = max(1, num_gpus // 2)
-    for config in (PDConfig.colocated(num_gpus), PDConfig.disaggregated(half, num_gpus - half)):
+    split = max(2, num_gpus)
+    half = split // 2
+    for config in (PDConfig.colocated(num_gpus), PDConfig.disaggregated(half, split - half)):
         _, tel = simulate_makespans(cfg, config, num_steps=num_steps)
         for turns, worker_steps in tel:
             tracker.observe_step(turns, worker_steps)

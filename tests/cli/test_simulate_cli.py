@@ -199,6 +199,18 @@ def test_validate_json_reports_errors_and_choices() -> None:
     assert all(len(p["simulated_steps_s"]) == 1 for p in doc["points"])
 
 
+def test_validate_on_a_one_gpu_budget() -> None:
+    """A grid whose smallest budget is one GPU learns its profile's disaggregated run on
+    two (a split needs a prefill and a decode worker) instead of failing with a
+    traceback; its only point is colocation."""
+    res = runner.invoke(
+        app, "validate --budgets 1 --batches 8 --steps 1 --profile-steps 1 --json".split()
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["num_points"] == 1 and doc["points"][0]["config"].startswith("colocated")
+
+
 def test_validate_takes_a_config_and_sets(tmp_path: Path) -> None:
     """`pearl validate --config F --set K=V` runs its grid from that config (here another
     workload, which changes the simulated makespans), and a bad override is one line."""
@@ -322,6 +334,10 @@ def test_a_bad_workload_override_is_refused_before_anything_runs(
             ["gpus_per_worker", "gpus_per_worker=2 fits"],
         ),
         (["--set", "cluster.gpus_per_worker=4"], ["trace.static_gpus", "gpus_per_worker=4"]),
+        (
+            ["--static-gpus", "1", "--policies", "fixed:colocated,fixed:disagg:1:1"],
+            ["fixed:disagg:1:1", "prefill and a decode worker", "trace.static_gpus=1"],
+        ),
     ],
 )
 def test_a_cluster_that_cannot_hold_a_worker_is_refused_before_anything_runs(
