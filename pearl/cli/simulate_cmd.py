@@ -28,6 +28,12 @@ def _build_config(
     duration: float | None,
     sets: list[str] | None = None,
 ) -> Any:
+    if trace is not None and static_gpus is not None:
+        raise InputError(
+            "<argument>",
+            "give --trace or --static-gpus, not both (a static pool has no trace)",
+            field="--static-gpus",
+        )
     updates: dict[str, Any] = {}
     if model is not None:
         updates["cluster.model"] = model

@@ -334,6 +334,7 @@ def test_a_bad_workload_override_is_refused_before_anything_runs(
             ["gpus_per_worker", "gpus_per_worker=2 fits"],
         ),
         (["--set", "cluster.gpus_per_worker=4"], ["trace.static_gpus", "gpus_per_worker=4"]),
+        (["--trace", "seg2"], ["--static-gpus", "--trace", "not both"]),
         (
             ["--static-gpus", "1", "--policies", "fixed:colocated,fixed:disagg:1:1"],
             ["fixed:disagg:1:1", "prefill and a decode worker", "trace.static_gpus=1"],
