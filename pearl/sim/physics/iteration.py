@@ -63,7 +63,7 @@ from pearl.specs.hardware import GpuSpec, ModelSpec
 # * compute: prefill GEMMs reach ~55-65% of peak bf16 end to end (gpus.yaml's lead), under
 #   the 0.78-0.81 of a large GEMM on this workplace's H200. Vidur's per-operator profile of
 #   Llama-2-7B on an H100 (all of a layer but attention) runs a 4,096-token iteration at
-#   0.64 of peak, 8% faster than this model (pearl/sim/calibration_refs.py).
+#   0.64 of peak, 8% faster than this model (pearl/sim/calibration_vidur.py).
 # * A100 compute 0.64: Vidur's per-operator profiles on the A100 (Llama-2-7B, Llama-2-70B
 #   and Llama-3-8B at tp 1 and 2, every operator of a layer but attention, 1,956 token
 #   counts from 1 to 4,096) fit best at 0.64 with the smooth roofline (RMS log error 0.060,
