@@ -166,6 +166,16 @@ def test_facts_reports_a_split_that_finishes_no_batch() -> None:
     assert share and share != share_h100
 
 
+def test_e2e_rows_run_their_trace_whatever_the_config_static_pool() -> None:
+    """e2e (and the ladder) set each row's trace: a static pool in the config or a --set
+    does not turn the rows labelled seg1 into static runs."""
+    args = ["experiment", "e2e", "--quick", "--json"]
+    plain = json.loads(runner.invoke(app, args).stdout)
+    res = runner.invoke(app, [*args, "--set", "trace.static_gpus=4"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["rows"] == plain["rows"]
+
+
 @pytest.mark.parametrize("name", ["facts", "ladder", "e2e"])
 def test_experiment_refuses_a_card_one_of_its_models_does_not_fit(name: str) -> None:
     """An experiment runs models of its own (facts: Qwen3-30B-A3B for §3.2 even with

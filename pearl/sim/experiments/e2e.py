@@ -28,7 +28,12 @@ def run(
     for model in models:
         for trace in traces:
             c = cfg.with_updates(
-                **{"cluster.model": model, "trace.trace": trace, "policies": list(policies)}
+                **{
+                    "cluster.model": model,
+                    "trace.trace": trace,
+                    "trace.static_gpus": None,  # each row is its trace, never a static pool
+                    "policies": list(policies),
+                }
             )
             res = run_simulation(c, progress=progress, with_bound=with_bound, jobs=default_jobs())
             groups.append(f"{model} {trace}")

@@ -109,7 +109,12 @@ def run(
     for model in models:
         for trace in traces:
             c = cfg.with_updates(
-                **{"cluster.model": model, "trace.trace": trace, "policies": list(rungs)}
+                **{
+                    "cluster.model": model,
+                    "trace.trace": trace,
+                    "trace.static_gpus": None,  # each row is its trace, never a static pool
+                    "policies": list(rungs),
+                }
             )
             res = run_simulation(c, progress=progress, with_bound=True, jobs=default_jobs())
             assert res.bound is not None

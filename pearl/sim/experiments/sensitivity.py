@@ -49,7 +49,12 @@ def run(
         columns=["knob", "value", "policy", "traj/h", "tokens/s", "makespan s"],
         rows=rows,
         notes=[
-            f"trace {cfg.trace.trace}, {duration_s:.0f} simulated seconds per run; one knob "
+            (
+                f"trace {cfg.trace.trace}"
+                if cfg.trace.static_gpus is None
+                else f"a static pool of {cfg.trace.static_gpus} GPUs (no trace)"
+            )
+            + f", {duration_s:.0f} simulated seconds per run; one knob "
             f"varies at a time around batch {cfg.rollout.batch_size}, length "
             f"{cfg.rollout.max_context_tokens}."
         ],
