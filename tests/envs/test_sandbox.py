@@ -217,6 +217,17 @@ def test_infinite_loop_is_killed():
     assert elapsed < 30
 
 
+def test_the_cpu_limit_is_named_whatever_the_isolation():
+    """A busy loop with a long wall bound is stopped by its CPU limit and reported as such.
+    Under namespaces, unshare (util-linux 2.38) can fail to pass on a child's death by
+    signal and exit 1 ("sigprocmask unblock failed"): the run then looked like a plain
+    failure. The runner exits with the status of that signal instead."""
+    res, elapsed = _attempt("while True:\n    pass", Limits(wall_timeout_s=20, cpu_time_s=1))
+    assert res.info["killed"] == "cpu limit", res.observation.text
+    assert "run killed (cpu limit)" in res.observation.text and res.reward == 0.0
+    assert elapsed < 20
+
+
 def test_memory_hog_and_huge_file_are_contained():
     """RLIMIT_AS turns a huge allocation into MemoryError; RLIMIT_FSIZE caps file writes."""
     res, _ = _attempt("x = bytearray(4 * 1024 ** 3)")

@@ -62,10 +62,19 @@ _READ_PATH_EVENTS = {"os.listdir": (0,), "os.scandir": (0,), "glob.glob": (0,)}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
+def _exit_on_cpu_limit(signum, frame):
+    # Exit with the status a SIGXCPU death reports (128 + signal) instead of dying of the
+    # signal: util-linux's unshare (2.38) can fail to pass a child's death by signal on
+    # ("unshare: sigprocmask unblock failed") and exit 1, which hid the CPU limit.
+    os._exit(128 + signum)
+
+
 def _set_limits(limits):
     import resource
+    import signal
 
     cpu = int(limits["cpu_time_s"])
+    signal.signal(signal.SIGXCPU, _exit_on_cpu_limit)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"],) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_bytes"],) * 2)
