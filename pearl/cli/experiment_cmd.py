@@ -11,7 +11,7 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pearl.cli.output import console, err_console, guarded, output_dir, print_json
-from pearl.cli.sim_config import build_sim_config
+from pearl.cli.sim_config import build_sim_config, config_option, given, set_option
 from pearl.errors import InputError, from_validation
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
@@ -38,17 +38,12 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(
             False, "--quick", help="A much smaller grid and shorter runs (smoke test, demo)."
         ),
-        config: Path = typer.Option(
-            None,
-            "--config",
-            help="YAML config every run starts from (see docs/simulator.md); what the "
-            "experiment varies (model, trace, budget, policies) it sets itself.",
+        config: Path = config_option(
+            "YAML config every run starts from (see docs/simulator.md); what the experiment "
+            "varies (model, trace, budget, policies) it sets itself."
         ),
-        sets: list[str] = typer.Option(  # noqa: B008
-            None,
-            "--set",
-            help="Override any config field: section.field=value (repeatable), e.g. "
-            "rollout.workload.prefix_reuse=turn or engine.max_batched_tokens=16384.",
+        sets: list[str] = set_option(
+            "rollout.workload.prefix_reuse=turn or engine.max_batched_tokens=16384"
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
@@ -63,13 +58,10 @@ def register(app: typer.Typer) -> None:
                 f"unknown experiment '{name}' (one of {', '.join(NAMES)})",
                 field="NAME",
             )
-        updates: dict[str, Any] = {}
-        if seed is not None:
-            updates["seed"] = seed
-        if batch is not None:
-            updates["rollout.batch_size"] = batch
-        elif quick:
-            updates["rollout.batch_size"] = 16
+        updates = given(
+            ("seed", seed),
+            ("rollout.batch_size", batch if batch is not None else (16 if quick else None)),
+        )
         kwargs = quick_kwargs(name) if quick else {}
         if name in ("e2e", "facts", "ladder"):
             if duration is not None or quick:

@@ -8,7 +8,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import typer
+
 from pearl.errors import InputError, from_validation
+
+
+def config_option(help_text: str) -> Any:
+    """The `--config FILE.yaml` option of a simulating command."""
+    return typer.Option(None, "--config", help=help_text)
+
+
+def set_option(example: str) -> Any:
+    """The repeatable `--set section.field=value` option of a simulating command."""
+    return typer.Option(
+        None,
+        "--set",
+        help="Override any config field: section.field=value (repeatable), e.g. " + example + ".",
+    )
+
+
+def given(*pairs: tuple[str, Any]) -> dict[str, Any]:
+    """The (dotted field, option value) pairs whose option was given (not None)."""
+    return {key: value for key, value in pairs if value is not None}
 
 
 def parse_sets(sets: list[str]) -> dict[str, Any]:

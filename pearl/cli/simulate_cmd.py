@@ -10,7 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, output_dir, print_json
-from pearl.cli.sim_config import build_sim_config
+from pearl.cli.sim_config import build_sim_config, config_option, given, set_option
 from pearl.errors import InputError
 
 
@@ -34,28 +34,22 @@ def _build_config(
             "give --trace or --static-gpus, not both (a static pool has no trace)",
             field="--static-gpus",
         )
-    updates: dict[str, Any] = {}
-    if model is not None:
-        updates["cluster.model"] = model
-    if gpu is not None:
-        updates["cluster.gpu"] = gpu
-    if trace is not None:
-        updates["trace.trace"] = trace
+    names = None
     if policies is not None:
         names = [p.strip() for p in policies.split(",") if p.strip()]
         if not names:
             raise InputError("<argument>", "no policy named", field="--policies")
-        updates["policies"] = names
-    if batch is not None:
-        updates["rollout.batch_size"] = batch
-    if max_len is not None:
-        updates["rollout.max_context_tokens"] = max_len
-    if seed is not None:
-        updates["seed"] = seed
-    if static_gpus is not None:
-        updates["trace.static_gpus"] = static_gpus
-    if duration is not None:
-        updates["trace.duration_s"] = duration
+    updates = given(
+        ("cluster.model", model),
+        ("cluster.gpu", gpu),
+        ("trace.trace", trace),
+        ("policies", names),
+        ("rollout.batch_size", batch),
+        ("rollout.max_context_tokens", max_len),
+        ("seed", seed),
+        ("trace.static_gpus", static_gpus),
+        ("trace.duration_s", duration),
+    )
     return build_sim_config(config, updates, sets)
 
 
@@ -167,7 +161,7 @@ def register(app: typer.Typer) -> None:
         duration: float = typer.Option(
             None, "--duration", help="Simulated seconds (default: the whole trace)."
         ),
-        config: Path = typer.Option(None, "--config", help="YAML config (see docs/simulator.md)."),
+        config: Path = config_option("YAML config (see docs/simulator.md)."),
         out: Path = typer.Option(
             None,
             "--out",
@@ -177,11 +171,8 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(
             0, "--jobs", min=0, help="Worker processes for independent runs (0: one per CPU)."
         ),
-        sets: list[str] = typer.Option(  # noqa: B008
-            None,
-            "--set",
-            help="Override any config field: section.field=value (repeatable), e.g. "
-            "rollout.max_staleness=0 or rollout.workload.prefix_reuse=context.",
+        sets: list[str] = set_option(
+            "rollout.max_staleness=0 or rollout.workload.prefix_reuse=context"
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, print_json
-from pearl.cli.sim_config import build_sim_config
+from pearl.cli.sim_config import build_sim_config, config_option, given, set_option
 from pearl.errors import InputError
 
 
@@ -48,27 +48,17 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(
             None, "--seed", help="Seed of every random draw (the config's; 0 by default)."
         ),
-        config: Path = typer.Option(
-            None,
-            "--config",
-            help="YAML config the grid's runs start from (see docs/simulator.md); the grid "
-            "sets the budget, the batch and the configuration itself.",
+        config: Path = config_option(
+            "YAML config the grid's runs start from (see docs/simulator.md); the grid sets "
+            "the budget, the batch and the configuration itself."
         ),
-        sets: list[str] = typer.Option(  # noqa: B008
-            None,
-            "--set",
-            help="Override any config field: section.field=value (repeatable), e.g. "
-            "rollout.workload.prefix_reuse=turn.",
-        ),
+        sets: list[str] = set_option("rollout.workload.prefix_reuse=turn"),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Predicted vs simulated makespan over a grid; is the chosen config the best?"""
         from pearl.sim.validate import validate as run_validation
 
-        updates: dict[str, Any] = {}
-        for key, value in (("cluster.model", model), ("cluster.gpu", gpu), ("seed", seed)):
-            if value is not None:
-                updates[key] = value
+        updates = given(("cluster.model", model), ("cluster.gpu", gpu), ("seed", seed))
         cfg = build_sim_config(config, updates, sets)
         with Progress(
             TextColumn("{task.description}"),
