@@ -52,7 +52,13 @@ class HardwarePrior:
 
     @classmethod
     def from_specs(
-        cls, model: Any, gpu: Any, *, gpus_per_worker: int = 1, link_bytes_per_s: float = 25e9
+        cls,
+        model: Any,
+        gpu: Any,
+        *,
+        gpus_per_worker: int = 1,
+        link_bytes_per_s: float = 25e9,
+        usable_memory_fraction: float = 0.9,
     ) -> HardwarePrior:
         """Read a model spec (weight_bytes_bf16, kv_bytes_per_token_bf16, active_params,
         num_hidden_layers, num_attention_heads, head_dim; for MoE num_experts,
@@ -82,6 +88,7 @@ class HardwarePrior:
             gpu_hbm_bytes=float(gpu.hbm_gb) * 1e9,
             link_bytes_per_s=float(link_bytes_per_s),
             gpus_per_worker=gpus_per_worker,
+            usable_memory_fraction=usable_memory_fraction,
             expert_weight_bytes=expert_bytes,
             experts_per_token_fraction=frac,
         )

@@ -225,7 +225,6 @@ def pipeline_trajectories(cfg: SimConfig, duration_s: float) -> float:
     container start, env steps, prefill and decode with nothing else on the GPU)."""
     from pearl.sim.calibration import trajectory_alone_s
     from pearl.sim.config import dump_config
-    from pearl.sim.physics.iteration import WorkerHardware
     from pearl.sim.trainer import step_time_s
     from pearl.sim.trajectories import step_sampler
     from pearl.specs import get_gpu, get_model
@@ -235,7 +234,7 @@ def pipeline_trajectories(cfg: SimConfig, duration_s: float) -> float:
     if key in PIPELINE_CACHE:
         return PIPELINE_CACHE[key]
     m, g = get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu)
-    hw = WorkerHardware(m, g, cfg.cluster.gpus_per_worker)
+    hw = cfg.worker_hardware()
     spec = WorkloadSpec.model_validate(
         {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_context_tokens}
     )

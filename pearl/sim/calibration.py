@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pearl.control.state import Role
 from pearl.sim.physics.inference import InferenceWorker
 from pearl.sim.physics.inference_types import CompletionKind, Request, WorkerConfig
-from pearl.sim.physics.iteration import WorkerHardware
+from pearl.sim.physics.iteration import HardwareParams, WorkerHardware
 from pearl.sim.trajectories import SampledTrajectory, TrajectorySampler
 from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
@@ -126,6 +126,7 @@ def batch_mix(
     config: WorkerConfig | None = None,
     num_prefill: int = 0,
     same_node: bool = False,
+    params: HardwareParams | None = None,
 ) -> BatchMix:
     """Run one batch of `batch` trajectories on `num_workers` workers: all colocated if
     `num_prefill` is 0, else `num_prefill` prefill-only and the rest decode-only workers,
@@ -134,13 +135,14 @@ def batch_mix(
     router "sticky": a turn goes back to the (prefill or colocated) worker holding its
     prefix if one does, else to the least loaded; "least_loaded": always the worker with
     the fewest requests in flight (ties to the lowest index), wherever the prefix lives.
-    Decode workers are always chosen least loaded.
+    Decode workers are always chosen least loaded. `params`: the hardware knobs (default
+    `HardwareParams()`, vLLM's 0.90 memory share).
     """
     if router not in ("sticky", "least_loaded"):
         raise ValueError(f"unknown router {router!r}")
     if not 0 <= num_prefill < num_workers:
         raise ValueError("need 0 <= num_prefill < num_workers")
-    hw = WorkerHardware(get_model(model), get_gpu(gpu), tp)
+    hw = WorkerHardware(get_model(model), get_gpu(gpu), tp, params or HardwareParams())
 
     def role(i: int) -> Role:
         if num_prefill == 0:

@@ -33,6 +33,7 @@ from pearl.world.sections import ClusterShape, RolloutShape, TraceShape
 
 if TYPE_CHECKING:
     from pearl.sim.physics.inference_types import WorkerConfig
+    from pearl.sim.physics.iteration import HardwareParams, WorkerHardware
 
 
 class _Model(BaseModel):
@@ -84,26 +85,6 @@ class ClusterConfig(ClusterShape):
             raise ValueError(err.message) from None
         return name
 
-    @model_validator(mode="after")
-    def _a_worker_can_be_built(self) -> ClusterConfig:
-        """A worker whose weights leave room for KV cache, checked when the config is read
-        rather than when the first worker starts."""
-        from pearl.sim.physics.iteration import WorkerHardware
-        from pearl.specs import get_gpu, get_model
-
-        model, gpu = get_model(self.model), get_gpu(self.gpu)
-        tp = self.gpus_per_worker
-        if WorkerHardware(model, gpu, tp).kv_capacity_tokens == 0:
-            fits = next(
-                (n for n in (2, 4, 8) if WorkerHardware(model, gpu, n).kv_capacity_tokens), None
-            )
-            hint = f"; gpus_per_worker={fits} fits" if fits else ""
-            raise ValueError(
-                f"gpus_per_worker: {self.model}'s weights leave no KV cache on {tp} "
-                f"{self.gpu} GPU(s){hint}"
-            )
-        return self
-
 
 class EngineConfig(_Model):
     """The rollout engine's scheduler knobs (vLLM-like continuous batching, chunked prefill).
@@ -118,11 +99,24 @@ class EngineConfig(_Model):
         None, ge=1, description="Per-iteration token budget (prefill chunks + decodes)."
     )
     max_num_seqs: int | None = Field(None, ge=1, description="Running requests per worker.")
+    gpu_memory_utilization: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="Share of each GPU's memory the engine may take for weights, KV cache and "
+        "activations, as vLLM's flag of that name (its default 0.90; ROLL's agentic examples "
+        "set 0.8). What is left after the weights and 2 GB of activations is KV cache.",
+    )
     admission: Literal["first_chunk", "prompt"] | None = Field(
         None,
         description="KV reserved at admission: 'first_chunk' (vLLM up to 0.11, which ROLL "
         "pins) or the whole 'prompt' (vLLM 0.32's default).",
     )
+
+    def hardware_params(self) -> HardwareParams:
+        from pearl.sim.physics.iteration import HardwareParams
+
+        return HardwareParams(memory_utilisation=self.gpu_memory_utilization)
 
     def worker_config(self) -> WorkerConfig:
         from pearl.sim.physics.inference_types import rollout_engine_defaults
@@ -269,6 +263,34 @@ class SimConfig(_Model):
         description="Controller knobs, the section `pearl run` configs share (modes, routing "
         "bound, hysteresis), applied to every simulated policy.",
     )
+
+    def worker_hardware(self, tp: int | None = None) -> WorkerHardware:
+        """The world's hardware model of one worker of the configured model and GPU on `tp`
+        GPUs (default `cluster.gpus_per_worker`), with the engine's memory share."""
+        from pearl.sim.physics.iteration import WorkerHardware
+        from pearl.specs import get_gpu, get_model
+
+        return WorkerHardware(
+            get_model(self.cluster.model),
+            get_gpu(self.cluster.gpu),
+            tp or self.cluster.gpus_per_worker,
+            self.engine.hardware_params(),
+        )
+
+    @model_validator(mode="after")
+    def _a_worker_can_be_built(self) -> SimConfig:
+        """A worker whose weights leave room for KV cache, checked when the config is read
+        rather than when the first worker starts."""
+        tp = self.cluster.gpus_per_worker
+        if self.worker_hardware(tp).kv_capacity_tokens == 0:
+            fits = next((n for n in (2, 4, 8) if self.worker_hardware(n).kv_capacity_tokens), None)
+            hint = f"; gpus_per_worker={fits} fits" if fits else ""
+            share = self.engine.gpu_memory_utilization
+            raise ValueError(
+                f"cluster.gpus_per_worker: {self.cluster.model}'s weights leave no KV cache on "
+                f"{tp} {self.cluster.gpu} GPU(s) at engine.gpu_memory_utilization={share}{hint}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _a_static_pool_holds_a_worker(self) -> SimConfig:

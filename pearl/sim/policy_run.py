@@ -54,6 +54,7 @@ def hardware_prior(cfg: SimConfig) -> Any:
         get_model(cfg.cluster.model),
         get_gpu(cfg.cluster.gpu),
         gpus_per_worker=cfg.cluster.gpus_per_worker,
+        usable_memory_fraction=cfg.engine.gpu_memory_utilization,
     )
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from pearl.control.plan import PDConfig
 from pearl.control.profile import WorkloadProfile
 from pearl.sim.config import SimConfig
-from pearl.sim.policy_run import build, make_policy
+from pearl.sim.policy_run import build, hardware_prior, make_policy
 
 Progress = Callable[[str, float, float], None]
 
@@ -190,16 +190,9 @@ def learn_profile(cfg: SimConfig, *, num_gpus: int = 4, num_steps: int = 2) -> W
     """A profile learned by the runtime tracker from simulated telemetry: a colocated run
     on `num_gpus` and a disaggregated one split in half (on 2 GPUs when `num_gpus` is 1,
     since a split needs a prefill and a decode worker)."""
-    from pearl.control.profile import HardwarePrior
     from pearl.control.tracker import RuntimeTracker
-    from pearl.specs import get_gpu, get_model
 
-    prior = HardwarePrior.from_specs(
-        get_model(cfg.cluster.model),
-        get_gpu(cfg.cluster.gpu),
-        gpus_per_worker=cfg.cluster.gpus_per_worker,
-    )
-    tracker = RuntimeTracker(prior)
+    tracker = RuntimeTracker(hardware_prior(cfg))
     split = max(2, num_gpus)
     half = split // 2
     for config in (PDConfig.colocated(num_gpus), PDConfig.disaggregated(half, split - half)):

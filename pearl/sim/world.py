@@ -269,7 +269,7 @@ class SimWorld:
 
     def _hardware(self, tp: int) -> WorkerHardware:
         if tp not in self._hw:
-            self._hw[tp] = WorkerHardware(self.model, self.gpu_spec, tp=tp)
+            self._hw[tp] = self.cfg.worker_hardware(tp)
         return self._hw[tp]
 
     def _release_gpus(self, cmd: C.ReleaseGpus) -> None:

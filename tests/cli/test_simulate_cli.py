@@ -343,6 +343,11 @@ def test_a_bad_workload_override_is_refused_before_anything_runs(
             ["--model", "qwen3-30b-a3b", "--set", "cluster.gpu=a100-40g"],
             ["gpus_per_worker", "gpus_per_worker=2 fits"],
         ),
+        (
+            ["--model", "qwen3-30b-a3b", "--set", "engine.gpu_memory_utilization=0.7"],
+            ["engine.gpu_memory_utilization=0.7", "gpus_per_worker=2 fits"],
+        ),
+        (["--set", "engine.gpu_memory_utilization=1.5"], ["engine.gpu_memory_utilization"]),
         (["--set", "cluster.gpus_per_worker=4"], ["trace.static_gpus", "gpus_per_worker=4"]),
         (["--trace", "seg2"], ["--static-gpus", "--trace", "not both"]),
         (

@@ -62,3 +62,38 @@ def test_token_budget_chunks_a_long_prompt(budget: int, role: Role, iterations: 
     stats = w.take_stats(c.t_prefill_end_s)
     assert stats.num_iterations == iterations
     assert stats.prefill_tokens == 14_000
+
+
+@pytest.mark.parametrize("share", [0.9, 0.8])
+def test_memory_share_sizes_the_kv_cache_of_the_world_and_the_engines_prior(
+    share: float,
+) -> None:
+    """`engine.gpu_memory_utilization` (vLLM's flag; 0.90 by default) sets the KV cache
+    the world's workers hold, from the card's memory, the weights and the 2 GB activation
+    reserve, and the decision engine's prior is told the same share."""
+    from pearl.sim.policy_run import hardware_prior
+    from pearl.specs import get_gpu, get_model
+
+    cfg = SimConfig().with_updates(**{"engine.gpu_memory_utilization": share})
+    model, gpu = get_model("qwen3-8b"), get_gpu("h100-sxm")
+    expected = (gpu.hbm_bytes * share - 2e9 - model.weight_bytes_bf16) / (
+        model.kv_bytes_per_token_bf16
+    )
+    world = SimWorld(cfg, [], borrowing=False)
+    assert world._hardware(1).kv_capacity_tokens == pytest.approx(expected, abs=1)
+    assert hardware_prior(cfg).usable_memory_fraction == share
+    if share == 0.8:  # ~57K tokens fewer than the default
+        default = SimWorld(SimConfig(), [], borrowing=False)._hardware(1).kv_capacity_tokens
+        assert default - world._hardware(1).kv_capacity_tokens > 50_000
+
+
+def test_a_memory_share_that_leaves_no_kv_cache_is_refused_naming_it() -> None:
+    """Qwen3-30B-A3B's 61 GB fit one H100 at 0.90 but leave nothing at 0.70: refused when
+    the config is read, naming the share and the tensor parallelism that fits."""
+    ok = SimConfig().with_updates(**{"cluster.model": "qwen3-30b-a3b"})
+    assert ok.worker_hardware().kv_capacity_tokens > 100_000
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization=0.7; gpus_per_worker=2 fits"):
+        ok.with_updates(**{"engine.gpu_memory_utilization": 0.7})
+    for bad in (0, 1.5):
+        with pytest.raises(ValueError, match="gpu_memory_utilization"):
+            SimConfig().with_updates(**{"engine.gpu_memory_utilization": bad})

@@ -173,6 +173,7 @@ def run(
             seed=cfg.seed + s,
             spec=mix_spec,
             config=cfg.engine.worker_config(),
+            params=cfg.engine.hardware_params(),
         )
         for s in range(3)
     ]

@@ -14,10 +14,8 @@ from pearl.sim.bound import train_step_s
 from pearl.sim.calibration import critical_path
 from pearl.sim.compare import default_jobs, run_simulation
 from pearl.sim.config import SimConfig
-from pearl.sim.physics.iteration import WorkerHardware
 from pearl.sim.policy_run import Progress
 from pearl.sim.trajectories import TrajectorySampler
-from pearl.specs import get_gpu, get_model
 from pearl.specs.workload import WorkloadSpec
 
 SCALING_GPUS = (16, 24, 32)
@@ -173,9 +171,7 @@ def unlimited_pool(cfg: SimConfig, seeds: int = 8) -> tuple[float, float]:
     """(mean over seeds of the unlimited-pool batch makespan, the trainer's step time for
     the mean batch, `pearl.sim.bound.train_step_s`) for the configured model, GPU, batch
     and workload."""
-    hw = WorkerHardware(
-        get_model(cfg.cluster.model), get_gpu(cfg.cluster.gpu), cfg.cluster.gpus_per_worker
-    )
+    hw = cfg.worker_hardware()
     spec = WorkloadSpec.model_validate(
         {**cfg.rollout.workload, "context_cap_tokens": cfg.rollout.max_context_tokens}
     )
