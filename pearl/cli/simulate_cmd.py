@@ -82,6 +82,16 @@ def _print_table(doc: dict[str, Any]) -> None:
             f"{s['gpu_hours']['total']:.1f}",
         )
     console.print(table)
+    idle = [name for name, s in doc["policies"].items() if not s["rollout_steps"]]
+    bare = [name for name in idle if not doc["policies"][name]["gpu_hours"]["total"]]
+    slow = [name for name in idle if name not in bare]
+    if bare:
+        console.print(f"{', '.join(bare)}: held no rollout GPU (an empty fixed pool?)")
+    if slow:
+        console.print(
+            f"{', '.join(slow)}: no rollout batch finished in {doc['duration_s']:g} simulated "
+            "s (a longer --duration measures it)"
+        )
     if bound:
         console.print(
             f"bound: {bound['trajs_per_hour']:.1f} traj/h "

@@ -8,7 +8,9 @@ the minimum predicted makespan, subject to hysteresis:
   disaggregated config, the split whose P share is closest to the current one);
 * a mode change needs a relative saving over *stay* above `mode_switch_threshold`, a
   ratio change within the mode one above `ratio_switch_threshold` (smaller);
-* an infeasible *stay* forces a switch to the best feasible candidate.
+* an infeasible *stay* forces a switch to the best feasible candidate;
+* a budget of one worker where only splits are allowed (`modes=("disaggregated",)`)
+  gets colocation, said in the reason, until the budget grows.
 
 Why only full-budget splits: in our makespan model the best split never gets worse with
 one more worker (prefill work per worker and decode busy time shrink or stay, and
@@ -267,6 +269,15 @@ class DecisionEngine:
                 only.prediction.makespan_s,
             )  # fmt: skip
         table = self.candidates(profile, num_workers, batch, modes=modes)
+        if len(table) == 0:  # only splits allowed, and one worker cannot be split
+            table = self.candidates(profile, num_workers, batch, modes=("colocated",))
+            only = table[0]
+            return Decision(
+                only.config, current, only.config != current,
+                current is not None and not current.is_colocated,
+                f"a split needs 2 workers and the budget has {num_workers}: colocated until "
+                "it grows", table, only.prediction.feasible, only.prediction.makespan_s,
+            )  # fmt: skip
         m = np.where(table.feasible, table.makespans_s, np.inf)
         stay_cfg = None if current is None else at_budget(current, num_workers)
         i_stay = table.index_of(stay_cfg)

@@ -386,3 +386,37 @@ def test_a_length_limit_below_the_prompts_names_the_limit() -> None:
     res = runner.invoke(app, ["simulate", *SMALL, "--max-len", "2000"])
     assert res.exit_code == 2
     assert "prompt_tokens_max" in res.stderr and "rollout.max_context_tokens" in res.stderr
+
+
+def test_a_run_too_short_for_a_batch_says_so() -> None:
+    """500 trajectories on 2 GPUs finish no batch in 300 s: the table's zeros come with a
+    line naming the policies and the cure, not silently."""
+    res = runner.invoke(
+        app,
+        ["simulate", "--static-gpus", "2", "--batch", "500", "--duration", "300", "--no-bound"]
+        + ["--policies", "pearl,roll"],
+    )
+    assert res.exit_code == 0, res.output
+    assert "pearl, roll: no rollout batch finished in 300 simulated s" in " ".join(
+        res.stdout.split()
+    )
+    short = runner.invoke(app, ["simulate", *SMALL, "--policies", "roll"])
+    assert "no rollout batch finished" not in short.stdout
+    empty = runner.invoke(
+        app,
+        ["simulate", "--trace", "seg1", "--duration", "300", "--no-bound", "--policies", "roll"]
+        + ["--set", "cluster.num_dedicated_gpus=0"],
+    )
+    assert "roll: held no rollout GPU" in empty.stdout, empty.output
+
+
+def test_splits_only_on_a_one_worker_pool_run_colocated() -> None:
+    """`controller.modes: [disaggregated]` on one GPU: the engine has no split to score and
+    runs colocated (it stopped the run with an IndexError)."""
+    res = runner.invoke(
+        app,
+        ["simulate", "--static-gpus", "1", "--batch", "4", "--duration", "600", "--no-bound"]
+        + ["--policies", "pearl", "--set", 'controller.modes=["disaggregated"]', "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["policies"]["pearl"]["trajectories"] > 0

@@ -92,6 +92,19 @@ def test_modes_restrict_candidates():
         DecisionEngine().decide(swe_profile(), 6, 64, modes=("pipelined",))
 
 
+def test_splits_only_on_one_worker_run_colocated_until_the_budget_grows():
+    """modes=("disaggregated",) with one worker has no candidate of its own: the engine
+    chooses colocation and says why (it raised IndexError and stopped the controller),
+    and leaves it for the best split once two workers are there."""
+    eng = DecisionEngine()
+    d = eng.decide(swe_profile(), 1, 64, PDConfig.disaggregated(1, 1), modes=("disaggregated",))
+    assert d.chosen == PDConfig.colocated(1) and d.switch and d.forced
+    assert "split needs 2 workers" in d.reason and d.feasible
+    assert [str(c.config) for c in d.candidates] == ["colocated:1"]
+    grown = eng.decide(swe_profile(), 4, 64, d.chosen, modes=("disaggregated",))
+    assert not grown.chosen.is_colocated
+
+
 def test_hysteresis_mode_change_needs_more_than_ratio_change():
     """With a saving between the two thresholds, a ratio change happens but a mode change not."""
     prof = swe_profile(new_prefill_tokens_per_turn=12000, env_s_per_turn_mean=2.0)
