@@ -53,10 +53,22 @@ def _absolute(value: str | None, base_dir: Path) -> str | None:
     return value
 
 
-def _resolve_paths(cfg: Any, base_dir: Path) -> Any:
+def _resolve_paths(cfg: Any, config_path: Path) -> Any:
     """Trace file and checkpoint dir resolved against the config file's directory, so the
-    run directory's config.yaml still finds them on --resume from anywhere."""
+    run directory's config.yaml still finds them on --resume from anywhere. A trace that
+    is neither a file there nor a bundled name is refused here, before Ray starts."""
+    from pearl.traces.catalog import BUNDLED
+
+    base_dir = config_path.parent
     trace = _absolute(cfg.trace.source, base_dir)
+    on_cluster = cfg.cluster.address is not None  # nodes come and go by themselves there
+    if trace is not None and not on_cluster and trace not in BUNDLED and not Path(trace).exists():
+        raise InputError(
+            str(config_path),
+            f"{trace}: no such file in the current directory or {base_dir}, and not a "
+            f"bundled trace (one of {', '.join(BUNDLED)})",
+            field="trace.source",
+        )
     ckpt = _absolute(cfg.model.checkpoint_dir, base_dir)
     return cfg.model_copy(
         update={
@@ -112,7 +124,7 @@ def register(app: typer.Typer) -> None:
             check_out_dir(out_dir, resume=False)
             config_path = config
         cfg = _with_overrides(load_run_config(config_path), address=address, steps=steps)
-        cfg = _resolve_paths(cfg, config_path.parent)
+        cfg = _resolve_paths(cfg, config_path)
 
         from pearl.runtime import driver  # imports Ray: only now
 

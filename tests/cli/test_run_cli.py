@@ -189,9 +189,20 @@ def test_trace_and_checkpoint_paths_resolve_against_the_config_file(tmp_path, ca
     res = runner.invoke(app, ["run", "--resume", "run", "--no-live", "--json"])
     assert res.exit_code == 0, res.output
     assert calls[1]["cfg"].trace.source == got.trace.source
-    cfg.write_text("trace: {source: demo}\n")
+    cfg.write_text("trace: {source: seg2}\n")
     res = runner.invoke(app, ["run", str(cfg), "--out", "run2", "--no-live", "--json"])
-    assert res.exit_code == 0 and calls[2]["cfg"].trace.source == "demo"
+    assert res.exit_code == 0 and calls[2]["cfg"].trace.source == "seg2"
+
+
+def test_a_trace_found_nowhere_is_refused_before_the_run(tmp_path, calls, monkeypatch):
+    """A trace that is neither a file (from here or beside the config) nor a bundled name:
+    one line naming the config, trace.source and both places looked in, and no run
+    directory; the driver is never called."""
+    cfg = _config(tmp_path, "trace: {source: lost.json}\n")
+    monkeypatch.chdir(tmp_path)
+    out = _fails([str(cfg), "--out", "run", "--no-live"])
+    assert "trace.source" in out and "lost.json" in out and str(tmp_path) in out
+    assert not calls and not (tmp_path / "run").exists()
 
 
 def test_run_config_accepts_every_registry_policy_but_simulation_pools(tmp_path):
