@@ -50,6 +50,15 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def _free_device_bytes(cuda: bool) -> int | None:
+    """Free memory of the device as the driver reports it (None without CUDA)."""
+    if not cuda:
+        return None
+    _sync()
+    free, _total = torch.cuda.mem_get_info()
+    return int(free)
+
+
 def _prompt(n: int, vocab: int, seed: int) -> list[int]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(3, vocab - 1, (n,), generator=g).tolist()
@@ -191,13 +200,21 @@ def _vllm(cfg: ModelConfig, prefill, decode, max_ctx: int, kv_tokens: int, cuda:
     engine.load_weights(weights, 1)
     _sync()
     res["weight_reload_s"] = round(time.perf_counter() - t0, 3)
+    free_awake = _free_device_bytes(cuda)
     t0 = time.perf_counter()
     engine.release()
     res["sleep_s"] = round(time.perf_counter() - t0, 3)
+    free_asleep = _free_device_bytes(cuda)
     t0 = time.perf_counter()
     engine.restore()
     res["wake_s"] = round(time.perf_counter() - t0, 3)
-    res["sleep_frees_memory"] = bool(cuda)
+    free_woken = _free_device_bytes(cuda)
+    # measured, not assumed: device memory free (cudaMemGetInfo) before, during, after sleep;
+    # None on a CPU, where vLLM has no sleep mode and release() frees nothing
+    res["free_device_bytes"] = {"awake": free_awake, "asleep": free_asleep, "woken": free_woken}
+    res["sleep_freed_bytes"] = (
+        None if free_awake is None or free_asleep is None else free_asleep - free_awake
+    )
     # PD: prefill here, decode on a second engine of the same GPU, through our connector
     decode_side = build()
     prompt = _prompt(1000 if max_ctx > 1100 else 40, cfg.vocab_size, 7)
