@@ -60,7 +60,7 @@ class EngineSection(_M):
     backend: Literal["pearl", "vllm"] = Field(
         "pearl",
         description="Rollout engine backend (docs/engines.md): PEARL's engine, or vLLM (the "
-        "vllm extra; colocated workers only).",
+        "vllm extra; colocated and disaggregated workers, vLLM to vLLM).",
     )
     kv_cache_mb: int = Field(
         64,
