@@ -216,3 +216,23 @@ def test_infeasible_current_always_forces_a_switch(prof, budget, current, batch)
         assert d.candidate(d.chosen).prediction.feasible
     if d.feasible:
         assert d.candidate(d.chosen).prediction.feasible
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    prof=profiles,
+    budget=st.integers(1, 24),
+    current=st.one_of(st.none(), configs),
+    modes=st.sampled_from([("colocated",), ("disaggregated",), ("colocated", "disaggregated")]),
+    batch=st.integers(1, 128),
+)
+def test_every_budget_and_mode_set_gets_a_config_of_that_budget(
+    prof, budget, current, modes, batch
+):
+    """Whatever the allowed modes, the current config and the budget, the engine answers
+    (it raised on splits only at one worker) with a config of exactly the budget, in an
+    allowed mode wherever that mode fits the budget."""
+    d = DecisionEngine().decide(prof, budget, batch, current, modes=modes)
+    assert d.chosen.num_workers == budget
+    if budget >= 2 or "colocated" in modes:
+        assert d.chosen.mode in modes
