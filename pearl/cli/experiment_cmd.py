@@ -11,7 +11,14 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pearl.cli.output import console, err_console, guarded, output_dir, print_json
-from pearl.cli.sim_config import build_sim_config, config_option, given, set_option
+from pearl.cli.sim_config import (
+    build_sim_config,
+    config_option,
+    given,
+    print_config,
+    set_option,
+    show_config_option,
+)
 from pearl.errors import InputError, from_validation
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
@@ -46,6 +53,7 @@ def register(app: typer.Typer) -> None:
             "rollout.workload.prefix_reuse=turn or engine.max_batched_tokens=16384"
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+        show_config: bool = show_config_option(),
     ) -> None:
         """Run one of the paper's experiments in the simulator; print a markdown table."""
         from pydantic import ValidationError
@@ -69,6 +77,9 @@ def register(app: typer.Typer) -> None:
         elif name in ("ablation", "sensitivity") and duration is not None:
             kwargs["duration_s"] = duration
         cfg = build_sim_config(config, updates, sets)
+        if show_config:
+            print_config(cfg)
+            return
         for model in models_run(name, cfg.cluster.model, kwargs):
             # the experiment sets the model of each row itself: check each one fits the
             # configured card before any run, as the config check does for its own model

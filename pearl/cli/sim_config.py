@@ -1,7 +1,7 @@
 """The simulation config a command runs: a YAML file or the defaults, the command's own
 options, then `--set section.field=value` overrides; every error names the file or option
-and the field, before any simulated work starts. Shared by `pearl simulate` and
-`pearl experiment`."""
+and the field, before any simulated work starts; `--show-config` prints it. Shared by
+`pearl simulate`, `pearl experiment` and `pearl validate`."""
 
 from __future__ import annotations
 
@@ -25,6 +25,24 @@ def set_option(example: str) -> Any:
         "--set",
         help="Override any config field: section.field=value (repeatable), e.g. " + example + ".",
     )
+
+
+def show_config_option() -> Any:
+    """The `--show-config` flag: print the config the command would start from and exit."""
+    return typer.Option(
+        False,
+        "--show-config",
+        help="Print the config this command would start from (the defaults or --config, the "
+        "options, then --set) as YAML and exit without simulating; every field is there, so "
+        "it is a starting point for a --config file.",
+    )
+
+
+def print_config(cfg: Any) -> None:
+    """The config as YAML on stdout (what `--show-config` prints; `load_config` reads it)."""
+    from pearl.sim.config import dump_config
+
+    typer.echo(dump_config(cfg), nl=False)
 
 
 def given(*pairs: tuple[str, Any]) -> dict[str, Any]:

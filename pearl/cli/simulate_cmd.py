@@ -10,7 +10,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, output_dir, print_json
-from pearl.cli.sim_config import build_sim_config, config_option, given, set_option
+from pearl.cli.sim_config import (
+    build_sim_config,
+    config_option,
+    given,
+    print_config,
+    set_option,
+    show_config_option,
+)
 from pearl.errors import InputError
 
 
@@ -185,6 +192,7 @@ def register(app: typer.Typer) -> None:
             "rollout.max_staleness=0 or rollout.workload.prefix_reuse=context"
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+        show_config: bool = show_config_option(),
     ) -> None:
         """Simulate policies on a GPU-availability trace and compare their throughput."""
         from pearl.sim.compare import default_jobs, run_simulation
@@ -202,6 +210,9 @@ def register(app: typer.Typer) -> None:
             duration=duration,
             sets=sets,
         )
+        if show_config:
+            print_config(cfg)
+            return
         seed_list = _parse_seeds(seeds) if seeds is not None else None
         if seed_list is not None and seed is not None:
             raise InputError("<argument>", "give --seed or --seeds, not both", field="--seeds")

@@ -10,7 +10,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, print_json
-from pearl.cli.sim_config import build_sim_config, config_option, given, set_option
+from pearl.cli.sim_config import (
+    build_sim_config,
+    config_option,
+    given,
+    print_config,
+    set_option,
+    show_config_option,
+)
 from pearl.errors import InputError
 
 
@@ -54,12 +61,16 @@ def register(app: typer.Typer) -> None:
         ),
         sets: list[str] = set_option("rollout.workload.prefix_reuse=turn"),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+        show_config: bool = show_config_option(),
     ) -> None:
         """Predicted vs simulated makespan over a grid; is the chosen config the best?"""
         from pearl.sim.validate import validate as run_validation
 
         updates = given(("cluster.model", model), ("cluster.gpu", gpu), ("seed", seed))
         cfg = build_sim_config(config, updates, sets)
+        if show_config:
+            print_config(cfg)
+            return
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
