@@ -87,7 +87,8 @@ class ClusterConfig(ClusterShape):
 
 
 class EngineConfig(_Model):
-    """The rollout engine's scheduler knobs (vLLM-like continuous batching, chunked prefill).
+    """The rollout engine's scheduler knobs (vLLM-like continuous batching, chunked prefill)
+    and the share of GPU memory it may take (`gpu_memory_utilization`, which sizes KV).
 
     None takes the paper's substrate's (`pearl.sim.physics.inference_types.
     rollout_engine_defaults`: ROLL's vLLM strategy, 8,192 tokens and 128 sequences on every
@@ -114,6 +115,7 @@ class EngineConfig(_Model):
     )
 
     def hardware_params(self) -> HardwareParams:
+        """The hardware model's knobs this section sets (the memory share)."""
         from pearl.sim.physics.iteration import HardwareParams
 
         return HardwareParams(memory_utilisation=self.gpu_memory_utilization)
