@@ -142,17 +142,34 @@ def _decision_text(d: dict[str, Any]) -> str:
     return when + ", ".join(f"{k}={v}" for k, v in rest.items())
 
 
+def _is_ignored(d: dict[str, Any]) -> bool:
+    """An event the controller ignored (the runtime's {"ignored": why}, the simulator's
+    kind "ignored")."""
+    return d.get("kind") == "ignored" or "ignored" in d
+
+
 def _decision_lines(docs: list[dict[str, Any]], limit: int = 60) -> list[str]:
-    decisions = [d for d in docs if d.get("kind") != "command"]  # a simulator logs commands too
+    ignored = [d for d in docs if _is_ignored(d)]
+    # a simulator logs commands too
+    decisions = [d for d in docs if d.get("kind") != "command" and not _is_ignored(d)]
+    commands = len(docs) - len(decisions) - len(ignored)
     switches = sum(1 for d in decisions if d.get("switch"))
     lines = [f"{len(decisions)} decision(s)" + (f", {switches} switch(es)." if switches else ".")]
-    if len(decisions) < len(docs):
-        lines[0] += f" ({len(docs) - len(decisions)} command(s) also in decisions.jsonl.)"
+    if commands:
+        lines[0] += f" ({commands} command(s) also in decisions.jsonl.)"
     if decisions:
         lines.append("")
     lines += [f"- {_decision_text(d)}" for d in decisions[:limit]]
     if len(decisions) > limit:
         lines.append(f"- ... and {len(decisions) - limit} more in decisions.jsonl")
+    if ignored:
+        lines += [
+            "",
+            f"{len(ignored)} event(s) ignored by the controller (stale, duplicate or "
+            "not for this policy), first ones:",
+            "",
+        ]
+        lines += [f"- {d.get('ignored') or d.get('value')}" for d in ignored[:5]]
     return lines
 
 

@@ -75,6 +75,7 @@ class RunDriver:
         self.events_log: list[str] = []
         self._last_state: ClusterState | None = None
         self._num_decisions = 0
+        self._num_ignored = 0
 
     # -- clock and events -----------------------------------------------------------------
     def now(self) -> float:
@@ -310,6 +311,9 @@ class RunDriver:
         self._num_decisions = len(self.controller.decisions)
         for d in new:
             self.recorder.record_decision(self.now(), {"decision": d})
+        for why in self.controller.ignored[self._num_ignored :]:
+            self.recorder.record_decision(self.now(), {"ignored": why})
+        self._num_ignored = len(self.controller.ignored)
         if after != self._last_state:
             self.recorder.record_state(self.now(), after)
             self._last_state = after

@@ -275,15 +275,18 @@ def safe_name(policy: str) -> str:
 
 
 def decision_docs(controller: Any, log: Any) -> list[dict[str, Any]]:
-    """The controller's decisions and every non-route command, in time order."""
+    """The controller's decisions, the events it ignored (with why) and every non-route
+    command, in time order (stable: at one instant, decisions first)."""
     docs: list[dict[str, Any]] = []
     for d in getattr(controller, "decisions", []) or []:
         docs.append({"kind": "decision", **as_doc(d)})
+    for d in getattr(controller, "ignored", []) or []:
+        docs.append({"kind": "ignored", **as_doc(d)})
     for t, c in log.command_log:
         docs.append(
             {"kind": "command", "t_s": round(t, 3), "command": type(c).__name__, **as_doc(c)}
         )
-    return docs
+    return sorted(docs, key=_doc_time)
 
 
 def as_doc(obj: Any) -> dict[str, Any]:

@@ -438,3 +438,29 @@ def test_show_config_prints_the_config_a_command_starts_from(
     saved.write_text(res.stdout)
     again = runner.invoke(app, [*command, "--config", str(saved), "--show-config"])
     assert again.exit_code == 0 and again.stdout == res.stdout
+
+
+def test_simulated_decisions_include_ignored_events_in_time_order(tmp_path: Path) -> None:
+    """decisions.jsonl holds what the controller ignored, with why (ROLL neither borrows the
+    trainer's idle GPUs nor takes preemptible ones: those events are ignored), and is
+    ordered by time."""
+    out = tmp_path / "run"
+    res = runner.invoke(
+        app,
+        ["simulate", "--trace", "seg1", "--duration", "900", "--no-bound", "--policies", "roll"]
+        + ["--out", str(out)],
+    )
+    assert res.exit_code == 0, res.output
+    from pearl.sim.telemetry_out import _doc_time
+
+    docs = [json.loads(x) for x in (out / "roll" / "decisions.jsonl").read_text().splitlines()]
+    ignored = [d for d in docs if d["kind"] == "ignored"]
+    assert any("policy roll does not borrow" in d["value"] for d in ignored)
+    assert any("policy roll is not elastic" in d["value"] for d in ignored)
+    times = [_doc_time(d) for d in docs]
+    assert times == sorted(times)
+    report = (out / "roll" / "report.md").read_text()
+    assert f"{len(ignored)} event(s) ignored by the controller" in report
+    # ignored events are not counted as decisions
+    decisions = [d for d in docs if d["kind"] == "decision"]
+    assert f"{len(decisions)} decision(s)" in report

@@ -146,3 +146,6 @@ def test_report_is_written(run_dir):
     assert "Elasticity" in report or "preemption" in report
     for f in ("config.yaml", "telemetry.jsonl", "decisions.jsonl", "metrics.json", "timeline.png"):
         assert (out / f).exists(), f
+    # every event the controller ignored is in decisions.jsonl with why, not only counted
+    ignored = [d["ignored"] for d in _lines(out / "decisions.jsonl") if "ignored" in d]
+    assert len(ignored) == summary["ignored_events"]
