@@ -276,7 +276,9 @@ class RunDriver:
     # -- the loop ---------------------------------------------------------------------------
     async def _loop(self) -> None:
         """The one driver loop of both worlds (`pearl.world.loop.drive`) on the wall clock."""
-        clock = WallClock(self.queue, self.now, self.player)
+        clock = WallClock(
+            self.queue, self.now, self.player, stale=self.world.trajectories.flights.is_stale
+        )
         await drive(
             clock, self._handle, done=lambda: self.pipeline.done, after_step=self._refresh_live
         )
@@ -371,6 +373,7 @@ class RunDriver:
             "late_returns": self.lending.late_returns,
             "counters": dict(self.world.counters),
             "ignored_events": len(self.controller.ignored),
+            "stale_turn_events": self.world.trajectories.flights.num_stale,
             "commands_by_kind": dict(self.dispatcher.log.commands_by_kind),
             **self.switch_costs.summary(),
         }

@@ -16,7 +16,15 @@ that true:
   prefix it had);
 * one trajectory never has two turns, or a turn and an environment step, in flight: a route
   waits until the trajectory is `settle`d (its turn interrupted, its environment step
-  answered, or its episode over).
+  answered, or its episode over);
+* an event about a turn (its phases, its finish, its interruption) is `tag`ged with the
+  turn's flight, and dropped when it is delivered if the controller has cancelled that
+  flight meanwhile (`is_stale`): the controller has already counted the turn interrupted
+  and may have routed the trajectory again, often through the same decode worker, and
+  would take the old turn's events for the new route's. (They were taken so in the demo:
+  every later turn of the trajectory then ran on the route before the one the controller
+  had chosen, and its last route closed an episode already over.) The simulator does the
+  same: a withdrawn request says nothing more (`pearl.sim.rollout`).
 """
 
 from __future__ import annotations
@@ -49,6 +57,27 @@ class Flights:
         self._flights: dict[str, Flight] = {}
         self._reserved: dict[str, list[Flight]] = {}  # routes accepted, turns not begun
         self._busy: dict[str, asyncio.Future] = {}
+        self._tagged: dict[int, tuple[Any, Flight]] = {}  # id(event) -> (event, its flight)
+        self.num_stale = 0  # events dropped at delivery (`is_stale`)
+
+    def tag(self, event: Any, flight: Flight | None) -> Any:
+        """Remember that `event` is about `flight`'s turn; returns the event."""
+        if flight is not None:
+            self._tagged[id(event)] = (event, flight)
+        return event
+
+    def is_stale(self, event: Any) -> bool:
+        """At delivery: `event` is about a turn the controller cancelled after the world
+        emitted it (or before), so the controller must not see it (module docstring)."""
+        entry = self._tagged.pop(id(event), None)
+        if entry is None or entry[0] is not event or not entry[1].cancelled:
+            return False
+        self.num_stale += 1
+        return True
+
+    def current(self, traj_id: str) -> Flight | None:
+        """The turn of `traj_id` in flight (begun, not landed), if any."""
+        return self._flights.get(traj_id)
 
     def reserve(self, traj_id: str, prefill_worker: str, decode_worker: str) -> Flight:
         """A route has arrived; its turn begins later (`begin`) unless cancelled first."""

@@ -12,16 +12,23 @@ from pearl.runtime.trace_player import TracePlayer
 class WallClock:
     """The runtime's `pearl.world.loop.Clock`: the next event off the driver's queue, waited
     for at most `TICK_S` (an empty step then, so the live view stays fresh) or until the
-    availability trace's next action is due, which is played before the step's events."""
+    availability trace's next action is due, which is played before the step's events.
+    `stale(event)`, checked as each event is taken off the queue, drops an event the world
+    has since made stale (`pearl.runtime.flights.Flights.is_stale`)."""
 
     TICK_S = 0.25
 
     def __init__(
-        self, queue: asyncio.Queue[Any], now: Callable[[], float], player: TracePlayer | None = None
+        self,
+        queue: asyncio.Queue[Any],
+        now: Callable[[], float],
+        player: TracePlayer | None = None,
+        stale: Callable[[Any], bool] | None = None,
     ) -> None:
         self.queue = queue
         self.now = now
         self.player = player
+        self.stale = stale
 
     async def advance(self) -> list[Any] | None:
         timeout = self.TICK_S
@@ -34,4 +41,6 @@ class WallClock:
             event = None
         if self.player is not None:
             self.player.play_due()
-        return [] if event is None else [event]
+        if event is None or (self.stale is not None and self.stale(event)):
+            return []
+        return [event]

@@ -117,10 +117,12 @@ class RayTrajectories:
                 c.traj_id, traj.num_turns, (), (), INTERRUPTED, c.prefill_worker_id, NO_VERSION
             )
             traj.keep_partial((), (), NO_VERSION)  # counts the interruption; nothing to keep
-            self._interrupted(c, res, traj, "cancelled by the controller before it began")
+            self._interrupted(c, res, traj, "cancelled by the controller before it began", flight)
             return
         if traj.done:  # its episode ended while this route waited: close it in the book
-            self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
+            self._finish_turn_event(
+                c.traj_id, c.decode_worker_id or c.prefill_worker_id, None, flight
+            )
             self.emit(ev.TrajectoryDone(self.now(), c.traj_id))
             return
         rc = self.cfg.rollout
@@ -141,7 +143,9 @@ class RayTrajectories:
         ):
             # interrupted after its last token: the turn is complete, its env step follows
             turn_ids = traj.finish_turn((), (), traj.partial_versions[-1])
-            self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
+            self._finish_turn_event(
+                c.traj_id, c.decode_worker_id or c.prefill_worker_id, None, flight
+            )
             self.flights.hold(c.traj_id)  # busy until the env answers
             self.env.submit_step(c.traj_id, self.tok.decode([t for t in turn_ids if t < 256]))
             return
@@ -151,7 +155,9 @@ class RayTrajectories:
                 traj.finish_turn((), (), traj.partial_versions[-1] if traj.partial_versions else 0)
             traj.truncated = True
             self.env.close_session(c.traj_id)
-            self._finish_turn_event(c.traj_id, c.decode_worker_id or c.prefill_worker_id, None)
+            self._finish_turn_event(
+                c.traj_id, c.decode_worker_id or c.prefill_worker_id, None, flight
+            )
             self.traj_done(traj)
             return
         seed = self.rng.randrange(1 << 30)
@@ -188,25 +194,25 @@ class RayTrajectories:
             # the controller interrupted it after it had finished: keep it as a whole prefix
             traj.keep_partial(res.token_ids, res.logprobs, res.weight_version)
             traj.partial_complete = True
-            self._interrupted(c, res, traj, "cancelled by the controller after it finished")
+            self._interrupted(c, res, traj, "cancelled by the controller after it finished", flight)
             return
         if res.interrupted or res.error is not None and not _is_length_refusal(res):
             traj.keep_partial(res.token_ids, res.logprobs, res.weight_version)
-            self._interrupted(c, res, traj, res.error or res.finish_reason)
+            self._interrupted(c, res, traj, res.error or res.finish_reason, flight)
             return
         if res.error is not None:  # refused for length: the trajectory ends here
             traj.truncated = True
             self.env.close_session(c.traj_id)
-            self._finish_turn_event(c.traj_id, res.worker_id, None)
+            self._finish_turn_event(c.traj_id, res.worker_id, None, flight)
             self.traj_done(traj)
             return
         turn_ids = traj.finish_turn(res.token_ids, res.logprobs, res.weight_version)
-        self._finish_turn_event(c.traj_id, res.worker_id, res.record)
+        self._finish_turn_event(c.traj_id, res.worker_id, res.record, flight)
         text = self.tok.decode([t for t in turn_ids if t < 256])
         self.env.submit_step(c.traj_id, text)
 
     def _interrupted(
-        self, c: cmd.Route, res: TurnResult, traj: RuntimeTrajectory, why: str
+        self, c: cmd.Route, res: TurnResult, traj: RuntimeTrajectory, why: str, flight: Flight
     ) -> None:
         """The turn ended interrupted, its prefix kept: the controller routes it again."""
         self.counters["interrupts"] += 1
@@ -220,11 +226,10 @@ class RayTrajectories:
             },
         )
         self.flights.settle(c.traj_id)
-        self.emit(
-            ev.RequestInterrupted(
-                self.now(), c.traj_id, res.worker_id or c.prefill_worker_id, len(traj.partial_ids)
-            )
+        event = ev.RequestInterrupted(
+            self.now(), c.traj_id, res.worker_id or c.prefill_worker_id, len(traj.partial_ids)
         )
+        self.emit(self.flights.tag(event, flight))
 
     async def run_turn(self, req: TurnRequest, c: cmd.Route) -> TurnResult:
         pre_h = self.workers.get(c.prefill_worker_id)
@@ -259,14 +264,16 @@ class RayTrajectories:
             if not prefill.needs_decode:
                 return prefill.as_turn_result()
             self.counters["kv_handoffs"] += 1  # the KV leaves the prefill worker
-            self.emit(ev.RequestPhase(self.now(), req.traj_id, "kv_transfer"))
+            phase = ev.RequestPhase(self.now(), req.traj_id, "kv_transfer")
+            self.emit(self.flights.tag(phase, self.flights.current(req.traj_id)))
         decoding = False
 
         def on_chunk(chunk: TokenChunk) -> None:  # the first tokens: the turn is decoding
             nonlocal decoding
             if chunk.token_ids and not decoding:
                 decoding = True
-                self.emit(ev.RequestPhase(self.now(), req.traj_id, "decode"))
+                phase = ev.RequestPhase(self.now(), req.traj_id, "decode")
+                self.emit(self.flights.tag(phase, self.flights.current(req.traj_id)))
 
         stream: Any = dec_h.serve.options(num_returns="streaming").remote(req, prefill)
         res = await collect_turn(stream, req, dec_id, on_chunk=on_chunk, prefill=prefill)
@@ -278,10 +285,11 @@ class RayTrajectories:
             )
         return res
 
-    def _finish_turn_event(self, traj_id: str, worker_id: str, record: Any) -> None:
+    def _finish_turn_event(self, traj_id: str, worker_id: str, record: Any, flight: Flight) -> None:
         if record is not None:
             self.last_record[traj_id] = record
-        self.emit(ev.TurnFinished(self.now(), traj_id, worker_id, record))
+        event = ev.TurnFinished(self.now(), traj_id, worker_id, record)
+        self.emit(self.flights.tag(event, flight))
 
     def on_env_result(self, res: Any) -> None:
         self.flights.settle(res.traj_id)  # a route waiting for this step may go (it runs later)

@@ -241,7 +241,9 @@ class RayWorkers:
             except Exception as err:  # noqa: BLE001 - its node is gone: GpusGone follows
                 log.info("sync of %s failed: %s", c.worker_id, err)
                 return
-            self.emit(ev.WeightsSynced(self.now(), c.worker_id, version))
+            if self.workers.get(c.worker_id) is h:  # not stopped meanwhile (the book has
+                # dropped a stopped worker: its sync would be an event about no worker)
+                self.emit(ev.WeightsSynced(self.now(), c.worker_id, version))
 
         self.spawn(run())
 

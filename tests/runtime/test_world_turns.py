@@ -110,6 +110,10 @@ def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
     assert steps == [("s0-g0-0", "AB")]  # one env step, with the whole turn
     assert w1.interrupted == [("s0-g0-0#0",)]
     assert [type(e).__name__ for e in events] == ["RequestInterrupted", "TurnFinished"]
+    # the controller interrupted the first turn itself and routed it again through w1: the
+    # first turn's event is stale at delivery, the second route's is not
+    flights = world.trajectories.flights
+    assert [flights.is_stale(e) for e in events] == [True, False]
     assert traj.num_turns == 1 and traj.token_ids[-2:] == [65, 66]
     assert traj.partial_ids == [] and not traj.partial_complete
 
@@ -153,6 +157,7 @@ def test_a_route_interrupted_before_its_turn_began_never_runs():
         ("TurnFinished", "w1"),
     ]
     assert events[0].generated_tokens == 0 and steps == [("s0-g0-2", "C")]
+    assert [world.trajectories.flights.is_stale(e) for e in events] == [True, False]
     kinds = [k for k, _ in records]
     assert kinds.count("interrupt") == 1 and kinds.count("resume") == 1
     assert traj.num_turns == 1 and traj.versions[-1] == 2
