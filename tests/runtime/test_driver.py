@@ -149,3 +149,6 @@ def test_report_is_written(run_dir):
     # every event the controller ignored is in decisions.jsonl with why, not only counted
     ignored = [d["ignored"] for d in _lines(out / "decisions.jsonl") if "ignored" in d]
     assert len(ignored) == summary["ignored_events"]
+    # a cancelled turn's events never reach the controller (Flights.is_stale): none of its
+    # turns or episodes is taken for another route's
+    assert not [w for w in ignored if "not in flight there" in w or "cannot be" in w], ignored
