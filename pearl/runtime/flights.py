@@ -23,8 +23,10 @@ that true:
   and may have routed the trajectory again, often through the same decode worker, and
   would take the old turn's events for the new route's. (They were taken so in the demo:
   every later turn of the trajectory then ran on the route before the one the controller
-  had chosen, and its last route closed an episode already over.) The simulator does the
-  same: a withdrawn request says nothing more (`pearl.sim.rollout`).
+  had chosen, and its last route closed an episode already over.) In the simulator the
+  question does not arise: an interrupted worker's requests are reported on that worker,
+  which the new route does not use, and a request a new route supersedes is withdrawn
+  without a word (`pearl.sim.rollout`).
 """
 
 from __future__ import annotations
