@@ -10,15 +10,8 @@ import typer
 from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pearl.cli import sim_config as opts
 from pearl.cli.output import console, err_console, guarded, output_dir, print_json
-from pearl.cli.sim_config import (
-    build_sim_config,
-    config_option,
-    given,
-    print_config,
-    set_option,
-    show_config_option,
-)
 from pearl.errors import InputError, from_validation
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
@@ -45,15 +38,15 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(
             False, "--quick", help="A much smaller grid and shorter runs (smoke test, demo)."
         ),
-        config: Path = config_option(
+        config: Path = opts.config_option(
             "YAML config every run starts from (see docs/simulator.md); what the experiment "
             "varies (model, trace, budget, policies) it sets itself."
         ),
-        sets: list[str] = set_option(
+        sets: list[str] = opts.set_option(
             "rollout.workload.prefix_reuse=turn or engine.max_batched_tokens=16384"
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
-        show_config: bool = show_config_option(),
+        show_config: bool = opts.show_config_option(),
     ) -> None:
         """Run one of the paper's experiments in the simulator; print a markdown table."""
         from pydantic import ValidationError
@@ -66,7 +59,7 @@ def register(app: typer.Typer) -> None:
                 f"unknown experiment '{name}' (one of {', '.join(NAMES)})",
                 field="NAME",
             )
-        updates = given(
+        updates = opts.given(
             ("seed", seed),
             ("rollout.batch_size", batch if batch is not None else (16 if quick else None)),
         )
@@ -76,10 +69,7 @@ def register(app: typer.Typer) -> None:
                 updates["trace.duration_s"] = duration or 400.0
         elif name in ("ablation", "sensitivity") and duration is not None:
             kwargs["duration_s"] = duration
-        cfg = build_sim_config(config, updates, sets)
-        if show_config:
-            print_config(cfg)
-            return
+        cfg = opts.build_sim_config(config, updates, sets, show=show_config)
         for model in models_run(name, cfg.cluster.model, kwargs):
             # the experiment sets the model of each row itself: check each one fits the
             # configured card before any run, as the config check does for its own model

@@ -69,10 +69,22 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
 
 
 def build_sim_config(
-    config: Path | None, updates: dict[str, Any], sets: list[str] | None = None
+    config: Path | None,
+    updates: dict[str, Any],
+    sets: list[str] | None = None,
+    *,
+    show: bool = False,
 ) -> Any:
     """`config` (or the defaults) with the command's `updates`, then the `--set` pairs
-    (which win over both)."""
+    (which win over both). `show` (`--show-config`): print it and end the command."""
+    cfg = _built(config, updates, sets)
+    if show:
+        print_config(cfg)
+        raise typer.Exit(0)
+    return cfg
+
+
+def _built(config: Path | None, updates: dict[str, Any], sets: list[str] | None) -> Any:
     from pydantic import ValidationError
 
     from pearl.sim.config import SimConfig, load_config

@@ -9,15 +9,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pearl.cli import sim_config as opts
 from pearl.cli.output import console, err_console, guarded, output_dir, print_json
-from pearl.cli.sim_config import (
-    build_sim_config,
-    config_option,
-    given,
-    print_config,
-    set_option,
-    show_config_option,
-)
 from pearl.errors import InputError
 
 
@@ -34,6 +27,7 @@ def _build_config(
     static_gpus: int | None,
     duration: float | None,
     sets: list[str] | None = None,
+    show: bool = False,
 ) -> Any:
     if trace is not None and static_gpus is not None:
         raise InputError(
@@ -46,7 +40,7 @@ def _build_config(
         names = [p.strip() for p in policies.split(",") if p.strip()]
         if not names:
             raise InputError("<argument>", "no policy named", field="--policies")
-    updates = given(
+    updates = opts.given(
         ("cluster.model", model),
         ("cluster.gpu", gpu),
         ("trace.trace", trace),
@@ -57,7 +51,7 @@ def _build_config(
         ("trace.static_gpus", static_gpus),
         ("trace.duration_s", duration),
     )
-    return build_sim_config(config, updates, sets)
+    return opts.build_sim_config(config, updates, sets, show=show)
 
 
 def _print_table(doc: dict[str, Any]) -> None:
@@ -178,7 +172,7 @@ def register(app: typer.Typer) -> None:
         duration: float = typer.Option(
             None, "--duration", help="Simulated seconds (default: the whole trace)."
         ),
-        config: Path = config_option("YAML config (see docs/simulator.md)."),
+        config: Path = opts.config_option("YAML config (see docs/simulator.md)."),
         out: Path = typer.Option(
             None,
             "--out",
@@ -188,11 +182,11 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(
             0, "--jobs", min=0, help="Worker processes for independent runs (0: one per CPU)."
         ),
-        sets: list[str] = set_option(
+        sets: list[str] = opts.set_option(
             "rollout.max_staleness=0 or rollout.workload.prefix_reuse=context"
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
-        show_config: bool = show_config_option(),
+        show_config: bool = opts.show_config_option(),
     ) -> None:
         """Simulate policies on a GPU-availability trace and compare their throughput."""
         from pearl.sim.compare import default_jobs, run_simulation
@@ -209,10 +203,8 @@ def register(app: typer.Typer) -> None:
             static_gpus=static_gpus,
             duration=duration,
             sets=sets,
+            show=show_config,
         )
-        if show_config:
-            print_config(cfg)
-            return
         seed_list = _parse_seeds(seeds) if seeds is not None else None
         if seed_list is not None and seed is not None:
             raise InputError("<argument>", "give --seed or --seeds, not both", field="--seeds")

@@ -9,15 +9,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pearl.cli import sim_config as opts
 from pearl.cli.output import console, err_console, guarded, print_json
-from pearl.cli.sim_config import (
-    build_sim_config,
-    config_option,
-    given,
-    print_config,
-    set_option,
-    show_config_option,
-)
 from pearl.errors import InputError
 
 
@@ -55,22 +48,19 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(
             None, "--seed", help="Seed of every random draw (the config's; 0 by default)."
         ),
-        config: Path = config_option(
+        config: Path = opts.config_option(
             "YAML config the grid's runs start from (see docs/simulator.md); the grid sets "
             "the budget, the batch and the configuration itself."
         ),
-        sets: list[str] = set_option("rollout.workload.prefix_reuse=turn"),
+        sets: list[str] = opts.set_option("rollout.workload.prefix_reuse=turn"),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
-        show_config: bool = show_config_option(),
+        show_config: bool = opts.show_config_option(),
     ) -> None:
         """Predicted vs simulated makespan over a grid; is the chosen config the best?"""
         from pearl.sim.validate import validate as run_validation
 
-        updates = given(("cluster.model", model), ("cluster.gpu", gpu), ("seed", seed))
-        cfg = build_sim_config(config, updates, sets)
-        if show_config:
-            print_config(cfg)
-            return
+        updates = opts.given(("cluster.model", model), ("cluster.gpu", gpu), ("seed", seed))
+        cfg = opts.build_sim_config(config, updates, sets, show=show_config)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
