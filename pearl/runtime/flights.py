@@ -19,7 +19,8 @@ that true:
   answered, or its episode over);
 * an event about a turn (its phases, its finish, its interruption) is `tag`ged with the
   turn's flight, and dropped when it is delivered if the controller has cancelled that
-  flight meanwhile (`is_stale`): the controller has already counted the turn interrupted
+  flight meanwhile (`is_stale`; `cancel_on` also cancels a turn already back while any of
+  its events is still queued): the controller has already counted the turn interrupted
   and may have routed the trajectory again, often through the same decode worker, and
   would take the old turn's events for the new route's. (They were taken so in the demo:
   every later turn of the trajectory then ran on the route before the one the controller
@@ -119,7 +120,9 @@ class Flights:
             f.set_result(None)
 
     def cancel_on(self, worker_id: str) -> list[str]:
-        """Cancel every turn routed through `worker_id`; returns their trajectory ids."""
+        """Cancel every turn routed through `worker_id`; returns their trajectory ids. A turn
+        that has come back is marked too while any of its events is undelivered: the
+        controller, which has not seen them, counts it interrupted now."""
         hit = []
         for traj_id, pending in self._reserved.items():  # nothing runs on a worker yet
             for fl in pending:
@@ -138,4 +141,7 @@ class Flights:
                         h.interrupt.remote((fl.request_id,))
                     except Exception:  # noqa: BLE001 - a dead worker holds nothing
                         pass
+        for _, fl in self._tagged.values():  # came back, its events still queued
+            if worker_id in fl.workers:
+                fl.cancelled = True
         return hit

@@ -41,3 +41,30 @@ def test_the_clock_drops_stale_events_and_delivers_the_rest():
         return [await clock.advance(), await clock.advance()]
 
     assert asyncio.run(scenario()) == [[], [ev.TurnFinished(1.1, "t", "w1", None)]]
+
+
+def test_a_turn_whose_finish_is_still_queued_is_stale_after_an_interrupt():
+    """The turn came back and its finish is queued, undelivered; the controller, not having
+    seen it, interrupts the worker and routes the trajectory again: that finish is stale.
+    A finish already delivered is not touched by a later interrupt."""
+
+    async def scenario() -> None:
+        flights = Flights(lambda worker_id: None)
+        old = flights.reserve("t", "w0", "w1")
+        flights.unreserve("t", old)
+        flights.begin("t", old)
+        flights.land("t")
+        done = flights.tag(ev.TurnFinished(1.0, "t", "w1", None), old)  # queued
+        flights.settle("t")  # even its environment step has answered meanwhile
+        assert flights.cancel_on("w1") == []  # nothing in flight to abort ...
+        assert flights.is_stale(done)  # ... but its queued finish is the old route's
+        later = flights.reserve("t", "w2", "w3")
+        flights.unreserve("t", later)
+        flights.begin("t", later)
+        flights.land("t")
+        again = flights.tag(ev.TurnFinished(2.0, "t", "w3", None), later)
+        assert not flights.is_stale(again)  # delivered before any interrupt
+        flights.cancel_on("w3")
+        assert not flights.is_stale(again)
+
+    asyncio.run(scenario())
