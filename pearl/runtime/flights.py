@@ -72,8 +72,8 @@ class Flights:
     def is_stale(self, event: Any) -> bool:
         """At delivery: `event` is about a turn the controller cancelled after the world
         emitted it (or before), so the controller must not see it (module docstring)."""
-        entry = self._tagged.pop(id(event), None)
-        if entry is None or entry[0] is not event or not entry[1].cancelled:
+        entry = self._tagged.pop(id(event), None)  # the entry holds the event: ids stay unique
+        if entry is None or not entry[1].cancelled:
             return False
         self.num_stale += 1
         return True
