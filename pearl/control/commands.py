@@ -26,8 +26,8 @@ generated tokens, and follows the new route. The controller's book is the author
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
 from pearl.control.state import Role
 
@@ -145,3 +145,13 @@ Command = (
     | Route
     | StartRolloutBatch
 )
+
+
+def to_doc(c: Command) -> dict[str, Any]:
+    """The command as a JSON-ready dict: its name under "command", then its fields (tuples as
+    lists, a role as its name). What a run directory's decisions.jsonl records of it."""
+    doc: dict[str, Any] = {"command": type(c).__name__}
+    for f in fields(c):
+        v = getattr(c, f.name)
+        doc[f.name] = list(v) if isinstance(v, tuple) else v.value if isinstance(v, Role) else v
+    return doc

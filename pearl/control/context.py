@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from pearl.control import commands as cmd
 from pearl.control.book import TrajectoryBook
+from pearl.control.notes import ControlNote
 from pearl.control.policies.advice import Advisor
 from pearl.control.policies.base import Policy
 from pearl.control.state import ClusterState, Gpu, Status, Worker, Zone
@@ -45,8 +46,7 @@ class ControlContext:
         self.latest_version = latest_version
         self.now_s = 0.0
         self.out: list[cmd.Command] = []
-        self.ignored: list[str] = []
-        self.decisions: list[str] = []
+        self.notes: list[ControlNote] = []  # decisions and ignored events, in order
         # GPU -> when its RestoreTraining was emitted (its TrainingRestored measures the
         # return's cost).
         self.restoring_since: dict[str, float] = {}
@@ -65,12 +65,22 @@ class ControlContext:
                     self.restoring_since[g] = self.now_s
 
     def ignore(self, why: str) -> None:
-        self.ignored.append(f"t={self.now_s:.3f}: {why}")
+        self.notes.append(ControlNote(self.now_s, "ignored", why))
         log.info("ignored: %s", why)
 
     def decide(self, what: str) -> None:
-        self.decisions.append(f"t={self.now_s:.3f}: {what}")
+        self.notes.append(ControlNote(self.now_s, "decision", what))
         log.info("decision: %s", what)
+
+    @property
+    def decisions(self) -> list[str]:
+        """Every decision taken, one line each ("t=12.345: what")."""
+        return [str(n) for n in self.notes if n.kind == "decision"]
+
+    @property
+    def ignored(self) -> list[str]:
+        """Every event ignored, one line each ("t=12.345: why")."""
+        return [str(n) for n in self.notes if n.kind == "ignored"]
 
     # -- views of the state ------------------------------------------------------------------
     def of_state(self, key: str, compute: Callable[[], _T]) -> _T:

@@ -29,6 +29,7 @@ from pearl.control.book import TrajectoryBook, TrajState
 from pearl.control.context import ControlContext
 from pearl.control.elastic import ControllerError, ElasticScheduler, Group
 from pearl.control.invariants import check_invariants
+from pearl.control.notes import ControlNote
 from pearl.control.plan import PDConfig
 from pearl.control.policies import borrow_budget, get_policy
 from pearl.control.policies.base import Advisor, Policy
@@ -146,6 +147,12 @@ class Controller:
     def offered(self) -> dict[str, Gpu]:
         """Preemptible GPUs offered and not held."""
         return self.ctx.offered
+
+    @property
+    def notes(self) -> list[ControlNote]:
+        """Decisions and ignored events in the order they happened (`pearl.control.notes`);
+        what a run directory's decisions.jsonl records."""
+        return self.ctx.notes
 
     @property
     def ignored(self) -> list[str]:

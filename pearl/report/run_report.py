@@ -128,38 +128,36 @@ def _detail(e: dict[str, Any]) -> str:
     return f" ({text})"
 
 
-def _decision_text(d: dict[str, Any]) -> str:
-    """One line per decision doc: a controller narrative string or a decision engine doc."""
-    for key in ("decision", "value"):  # the runtime's and the simulator's narrative strings
+def _note_text(d: dict[str, Any]) -> str:
+    """A decisions.jsonl note as one line, "t=12.345: text" (`ControlNote.to_json`). Run
+    directories written before 2026-12-07 held {"decision"|"ignored": "t=...: text"} from
+    `pearl run` and {"kind", "value": "t=...: text"} from `pearl simulate`."""
+    if isinstance(d.get("text"), str):
+        return f"t={_fmt(d.get('t_s'), 3)}: {d['text']}"
+    for key in ("decision", "ignored", "value"):
         if isinstance(d.get(key), str):
             return str(d[key])
-    when = f"t={_fmt(d.get('t_s'), 3)}: "
-    if "chosen" in d:
-        verb = f"{d.get('current')} -> {d['chosen']}" if d.get("switch") else f"keep {d['chosen']}"
-        forced = " (forced)" if d.get("forced") else ""
-        return f"{when}{verb}{forced}: {d.get('reason', '')}"
-    rest = {k: v for k, v in d.items() if k not in ("t_s", "candidates")}
-    return when + ", ".join(f"{k}={v}" for k, v in rest.items())
+    return ", ".join(f"{k}={v}" for k, v in d.items())
 
 
-def _is_ignored(d: dict[str, Any]) -> bool:
-    """An event the controller ignored (the runtime's {"ignored": why}, the simulator's
-    kind "ignored")."""
-    return d.get("kind") == "ignored" or "ignored" in d
+def _note_kind(d: dict[str, Any]) -> str:
+    """ "decision", "ignored" or "command" (see `_note_text` for the older lines)."""
+    kind = d.get("kind")
+    if kind in ("decision", "ignored", "command"):
+        return str(kind)
+    return "ignored" if "ignored" in d else "decision"
 
 
 def _decision_lines(docs: list[dict[str, Any]], limit: int = 60) -> list[str]:
-    ignored = [d for d in docs if _is_ignored(d)]
-    # a simulator logs commands too
-    decisions = [d for d in docs if d.get("kind") != "command" and not _is_ignored(d)]
+    decisions = [d for d in docs if _note_kind(d) == "decision"]
+    ignored = [d for d in docs if _note_kind(d) == "ignored"]
     commands = len(docs) - len(decisions) - len(ignored)
-    switches = sum(1 for d in decisions if d.get("switch"))
-    lines = [f"{len(decisions)} decision(s)" + (f", {switches} switch(es)." if switches else ".")]
+    lines = [f"{len(decisions)} decision(s)."]
     if commands:
         lines[0] += f" ({commands} command(s) also in decisions.jsonl.)"
     if decisions:
         lines.append("")
-    lines += [f"- {_decision_text(d)}" for d in decisions[:limit]]
+    lines += [f"- {_note_text(d)}" for d in decisions[:limit]]
     if len(decisions) > limit:
         lines.append(f"- ... and {len(decisions) - limit} more in decisions.jsonl")
     if ignored:
@@ -169,7 +167,7 @@ def _decision_lines(docs: list[dict[str, Any]], limit: int = 60) -> list[str]:
             "not for this policy), first ones:",
             "",
         ]
-        lines += [f"- {d.get('ignored') or d.get('value')}" for d in ignored[:5]]
+        lines += [f"- {_note_text(d)}" for d in ignored[:5]]
     return lines
 
 

@@ -6,7 +6,10 @@ Layout (all under `out_dir`)::
 
     config.yaml       the effective run config (rewritten on resume)
     states.jsonl      {"t_s", "state": ClusterState.to_json()} whenever the state changed
-    decisions.jsonl   {"t_s", ...decision doc} (kind, chosen config, reason, candidates)
+    decisions.jsonl   {"t_s", "kind", ...}: the controller's log, in time order. "decision"
+                      and "ignored" lines carry its "text" (`ControlNote.to_json`),
+                      "command" lines every command but Route ("command": its name, then
+                      its fields; `command_doc`)
     events.jsonl      {"t_s", "kind", "reason", ...detail}: preemptions, borrows, PD switches
     telemetry.jsonl   TurnRecord / WorkerStepRecord lines (the shared telemetry schema)
     steps.jsonl       {"step", ...metrics} per training step (the simulator: per rollout step)
@@ -30,6 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from pearl.control import commands as cmd
+from pearl.control.notes import ControlNote
 from pearl.control.state import ClusterState
 from pearl.errors import InputError
 
@@ -55,6 +60,11 @@ EVENT_KINDS = (
     "resume",  # an interrupted trajectory resumed elsewhere, or the run itself resumed
     "worker_failed",  # a worker failed to start or died
 )
+
+
+def command_doc(t_s: float, c: cmd.Command) -> dict[str, Any]:
+    """A decisions.jsonl line for a command the controller emitted at `t_s`."""
+    return {"t_s": round(float(t_s), 3), "kind": "command", **cmd.to_doc(c)}
 
 
 def is_run_dir(path: Path) -> bool:
@@ -198,9 +208,16 @@ class RunRecorder:
         self._append(STATES_FILE, {"t_s": float(t_s), "state": doc})
         return True
 
-    def record_decision(self, t_s: float, doc: dict[str, Any]) -> None:
-        """Append a decision doc (e.g. `Decision.to_json()` plus a "kind")."""
-        self._append(DECISIONS_FILE, {"t_s": float(t_s), **doc})
+    def record_decision(self, doc: dict[str, Any]) -> None:
+        """Append a line of the controller's log, as `ControlNote.to_json()` or
+        `command_doc` make it (it carries its own "t_s")."""
+        self._append(DECISIONS_FILE, doc)
+
+    def record_note(self, note: ControlNote) -> None:
+        self.record_decision(note.to_json())
+
+    def record_command(self, t_s: float, c: cmd.Command) -> None:
+        self.record_decision(command_doc(t_s, c))
 
     def record_event(self, t_s: float, kind: str, reason: str | None, /, **detail: Any) -> None:
         """Append an event; `kind` is one of `EVENT_KINDS` for the report to count it.

@@ -74,8 +74,7 @@ class RunDriver:
         )
         self.events_log: list[str] = []
         self._last_state: ClusterState | None = None
-        self._num_decisions = 0
-        self._num_ignored = 0
+        self._num_notes = 0  # the controller's notes already in decisions.jsonl
 
     # -- clock and events -----------------------------------------------------------------
     def now(self) -> float:
@@ -285,14 +284,21 @@ class RunDriver:
 
     def _handle(self, event: Any) -> None:
         before = self.controller.state
+        first_note = len(self.controller.notes)
         self.dispatcher.handle(event)
         after = self.controller.state
-        self._record_changes(before, after)
+        new = [str(n) for n in self.controller.notes[first_note:] if n.kind == "decision"]
+        self._record_changes(before, after, new)
         if isinstance(event, ev.TrajectoryDone):
             self.pipeline.on_trajectory_done(event)
 
     def _before_execute(self, c: Any) -> None:
-        """The driver's own bookkeeping of a command, just before the world executes it."""
+        """The driver's own bookkeeping of a command, just before the world executes it:
+        decisions.jsonl gets the notes that led to it, then the command (but a Route), on
+        the controller's clock as the notes are."""
+        self._record_notes()
+        if not isinstance(c, cmd.Route):
+            self.recorder.record_command(self.controller.now_s, c)
         if isinstance(c, cmd.StartRolloutBatch):
             self.pipeline.on_batch_started(c.step)
         if isinstance(c, cmd.AdmitGroup):
@@ -308,14 +314,15 @@ class RunDriver:
                 return d
         return ""
 
-    def _record_changes(self, before: ClusterState, after: ClusterState) -> None:
-        new = self.controller.decisions[self._num_decisions :]
-        self._num_decisions = len(self.controller.decisions)
-        for d in new:
-            self.recorder.record_decision(self.now(), {"decision": d})
-        for why in self.controller.ignored[self._num_ignored :]:
-            self.recorder.record_decision(self.now(), {"ignored": why})
-        self._num_ignored = len(self.controller.ignored)
+    def _record_notes(self) -> None:
+        notes = self.controller.notes
+        for n in notes[self._num_notes :]:
+            self.recorder.record_note(n)
+        self._num_notes = len(notes)
+
+    def _record_changes(self, before: ClusterState, after: ClusterState, new: list[str]) -> None:
+        """Record what one event changed; `new`: the decisions it led to."""
+        self._record_notes()
         if after != self._last_state:
             self.recorder.record_state(self.now(), after)
             self._last_state = after

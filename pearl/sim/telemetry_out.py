@@ -21,7 +21,7 @@ from pearl.control.state import ClusterState
 from pearl.control.telemetry import TurnRecord, WorkerStepRecord
 from pearl.control.telemetry import turn_record as make_turn_record
 from pearl.control.telemetry_jsonl import TelemetryMeta, write_jsonl
-from pearl.report.rundir import TELEMETRY_FILE, RunRecorder, is_run_dir
+from pearl.report.rundir import TELEMETRY_FILE, RunRecorder, command_doc, is_run_dir
 from pearl.sim.physics.inference_types import StepStats
 
 
@@ -133,7 +133,7 @@ def write_run_dir(
     for t, state in history:
         rec.record_state(t, state)
     for d in decisions:
-        rec.record_decision(_doc_time(d), d)
+        rec.record_decision(d)
     for t, c in commands:
         kind = _event_kind(c)
         if kind is not None:
@@ -143,20 +143,6 @@ def write_run_dir(
     for doc in rollout_steps(turns):
         rec.record_step(doc.pop("step"), doc)
     return rec.finish(summary)
-
-
-def _doc_time(doc: dict[str, Any]) -> float:
-    """A decision doc's time: its `t_s`, or the "t=12.345:" its text starts with."""
-    t = doc.get("t_s")
-    if isinstance(t, (int, float)):
-        return float(t)
-    text = str(doc.get("value", ""))
-    if text.startswith("t=") and ":" in text:
-        try:
-            return float(text[2 : text.index(":")])
-        except ValueError:
-            pass
-    return 0.0
 
 
 SIM_MARK = ".pearl-simulate"  # marks a run directory `pearl simulate` may replace
@@ -275,18 +261,12 @@ def safe_name(policy: str) -> str:
 
 
 def decision_docs(controller: Any, log: Any) -> list[dict[str, Any]]:
-    """The controller's decisions, the events it ignored (with why) and every non-route
-    command, in time order (stable: at one instant, decisions first)."""
-    docs: list[dict[str, Any]] = []
-    for d in getattr(controller, "decisions", []) or []:
-        docs.append({"kind": "decision", **as_doc(d)})
-    for d in getattr(controller, "ignored", []) or []:
-        docs.append({"kind": "ignored", **as_doc(d)})
-    for t, c in log.command_log:
-        docs.append(
-            {"kind": "command", "t_s": round(t, 3), "command": type(c).__name__, **as_doc(c)}
-        )
-    return sorted(docs, key=_doc_time)
+    """The lines of decisions.jsonl: the controller's notes (decisions and the events it
+    ignored, with why) and every command but Route, in time order (stable: at one instant,
+    notes first), in the format `pearl run` writes (`pearl.report.rundir`)."""
+    docs = [n.to_json() for n in controller.notes]
+    docs += [command_doc(t, c) for t, c in log.command_log]
+    return sorted(docs, key=lambda d: float(d["t_s"]))
 
 
 def as_doc(obj: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import yaml
+from rundir_checks import assert_decision_lines
 from typer.testing import CliRunner
 
 from pearl.cli.main import app
@@ -28,7 +29,7 @@ def test_simulate_out_writes_telemetry_decisions_summary_config(tmp_path: Path) 
     tel = read_jsonl(out / "fixed_colocated" / "telemetry.jsonl")
     assert tel.turns and tel.worker_steps and tel.meta.model == "qwen3-8b"
     lines = (out / "fixed_colocated" / "decisions.jsonl").read_text().splitlines()
-    assert all("kind" in json.loads(line) for line in lines)
+    assert_decision_lines([json.loads(line) for line in lines])
     assert json.loads((out / "summary.json").read_text())["policies"]
     cfg = load_config(out / "config.yaml")
     assert cfg.rollout.batch_size == 8 and cfg.trace.static_gpus == 2
@@ -61,14 +62,11 @@ def test_simulated_decisions_include_ignored_events_in_time_order(tmp_path: Path
         + ["--out", str(out)],
     )
     assert res.exit_code == 0, res.output
-    from pearl.sim.telemetry_out import _doc_time
-
     docs = [json.loads(x) for x in (out / "roll" / "decisions.jsonl").read_text().splitlines()]
     ignored = [d for d in docs if d["kind"] == "ignored"]
-    assert any("policy roll does not borrow" in d["value"] for d in ignored)
-    assert any("policy roll is not elastic" in d["value"] for d in ignored)
-    times = [_doc_time(d) for d in docs]
-    assert times == sorted(times)
+    assert any("policy roll does not borrow" in d["text"] for d in ignored)
+    assert any("policy roll is not elastic" in d["text"] for d in ignored)
+    assert_decision_lines(docs)  # time order included
     report = (out / "roll" / "report.md").read_text()
     assert f"{len(ignored)} event(s) ignored by the controller" in report
     # ignored events are not counted as decisions

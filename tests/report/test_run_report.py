@@ -3,8 +3,10 @@
 import statistics
 from pathlib import Path
 
+from pearl.control import commands as cmd
+from pearl.control.notes import ControlNote
 from pearl.control.plan import PDConfig, apply, plan_transition
-from pearl.control.state import ClusterState, Gpu, Status, Zone
+from pearl.control.state import ClusterState, Gpu, Role, Status, Zone
 from pearl.report.run_report import build_report, load_run, render_markdown, run_metrics
 from pearl.report.rundir import RunRecorder
 
@@ -51,13 +53,13 @@ def _run_dir(tmp_path: Path) -> Path:
             rec.record_state(t, s)
         for t, kind, reason, detail in EVENTS:
             rec.record_event(t, kind, reason, **detail)
-        rec.record_decision(
-            11.0,
-            {"kind": "pd", "current": "colocated:2", "chosen": "disaggregated:1:1",
-             "switch": True, "forced": False, "reason": "saves 18%"},
-        )  # fmt: skip
-        rec.record_decision(1.0, {"kind": "pd", "chosen": "colocated:2", "switch": False})
-        rec.record_decision(4.0, {"decision": "t=4.000: borrow ['o0']: -> colocated:3 (gain 3 s)"})
+        rec.record_note(ControlNote(1.0, "decision", "initial: -> colocated:2 (2 ops)"))
+        rec.record_command(1.0, cmd.InitWorker("w0", ("d0",), Role.COLOCATED, "initial-1"))
+        rec.record_note(ControlNote(4.0, "decision", "borrow ['o0']: -> colocated:3 (gain 3 s)"))
+        rec.record_note(ControlNote(5.0, "ignored", "GPUs gone that were not held: ['p9']"))
+        rec.record_note(ControlNote(11.0, "decision", "pd: -> disaggregated:1:1 (saves 18%)"))
+        # a line as pearl run wrote it before 2026-12-07
+        rec.record_decision({"t_s": 12.0, "decision": "t=12.000: return ['o0'] to training"})
         for step, reward, meas, pred, n in STEPS:
             rec.record_step(
                 step,
@@ -88,9 +90,12 @@ def test_report_has_config_steps_counts_reasons_error_and_plots(tmp_path):
             assert f"**{kind}**: {reason}" in text
     median = statistics.median(abs(p - m) / m for _, _, m, p, _ in STEPS)
     assert f"{median:.1%} over 3 step(s)" in text
-    assert "colocated:2 -> disaggregated:1:1: saves 18%" in text and "keep colocated:2" in text
+    assert "- t=11.000: pd: -> disaggregated:1:1 (saves 18%)" in text
     assert "- t=4.000: borrow ['o0']: -> colocated:3 (gain 3 s)" in text
-    assert "3 decision(s), 1 switch(es)." in text
+    assert "- t=12.000: return ['o0'] to training" in text
+    assert "4 decision(s). (1 command(s) also in decisions.jsonl.)" in text
+    assert "1 event(s) ignored by the controller" in text
+    assert "- t=5.000: GPUs gone that were not held: ['p9']" in text
     for png in ("timeline.png", "reward.png", "throughput.png", "makespan.png"):
         assert f"({png})" in text
         assert (out / png).read_bytes()[:8] == PNG

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rundir_checks import assert_decision_lines
 
 from pearl.runtime.run_config import RunConfig
 
@@ -147,7 +148,9 @@ def test_report_is_written(run_dir):
     for f in ("config.yaml", "telemetry.jsonl", "decisions.jsonl", "metrics.json", "timeline.png"):
         assert (out / f).exists(), f
     # every event the controller ignored is in decisions.jsonl with why, not only counted
-    ignored = [d["ignored"] for d in _lines(out / "decisions.jsonl") if "ignored" in d]
+    docs = _lines(out / "decisions.jsonl")
+    assert_decision_lines(docs)
+    ignored = [d["text"] for d in docs if d["kind"] == "ignored"]
     assert len(ignored) == summary["ignored_events"]
     # a cancelled turn's events never reach the controller (Flights.is_stale): none of its
     # turns or episodes is taken for another route's

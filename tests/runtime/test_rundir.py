@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pearl.control import commands as cmd
+from pearl.control.notes import ControlNote
 from pearl.control.plan import PDConfig, apply, plan_transition
 from pearl.control.state import ClusterState, Gpu, Status, Zone
 from pearl.control.telemetry import TurnRecord, WorkerStepRecord
@@ -47,12 +49,15 @@ def test_new_run_writes_config_and_one_line_per_record(tmp_path):
     out = tmp_path / "run"
     rec = RunRecorder(out, "seed: 3\n")
     assert (out / "config.yaml").read_text() == "seed: 3\n"
-    rec.record_decision(1.5, {"kind": "pd", "chosen": "colocated:2", "reason": "start"})
+    rec.record_note(ControlNote(1.5, "decision", "initial: -> colocated:2 (2 ops)"))
+    rec.record_command(1.5, cmd.Route("t1", "w0", "w1"))
     rec.record_event(2.0, "preemption", "reclaim notice", gpu_ids=["p0"], deadline_s=3.0)
     rec.record_step(0, {"reward_mean": 0.25, "predicted_makespan_s": float("nan")})
     assert _lines(out / "decisions.jsonl") == [
-        {"t_s": 1.5, "kind": "pd", "chosen": "colocated:2", "reason": "start"}
-    ]
+        {"t_s": 1.5, "kind": "decision", "text": "initial: -> colocated:2 (2 ops)"},
+        {"t_s": 1.5, "kind": "command", "command": "Route", "traj_id": "t1",
+         "prefill_worker_id": "w0", "decode_worker_id": "w1", "full_prefill": False},
+    ]  # fmt: skip
     assert _lines(out / "events.jsonl") == [
         {"t_s": 2.0, "kind": "preemption", "reason": "reclaim notice", "gpu_ids": ["p0"],
          "deadline_s": 3.0}
