@@ -57,6 +57,7 @@ class Trajectory:
     routed_s: float = float("-inf")  # when its current (or last) request was routed
     env_since_s: float = float("-inf")  # when it last entered its environment
     workers: tuple[str, ...] = ()  # the workers it is on while in flight (prefill first)
+    interrupted_on: tuple[str, ...] = ()  # the workers of its last interrupted request
     home: str | None = None  # the prefill worker it lives on (its last route), until it ends
     min_version: int | None = None  # the oldest weights that generated a segment
 
@@ -294,6 +295,7 @@ class TrajectoryBook:
         if t.state not in IN_FLIGHT or worker_id not in t.workers or time_s < t.routed_s:
             return False
         t.state = TrajState.INTERRUPTED
+        t.interrupted_on = t.workers
         self._queued.add(traj_id)
         t.num_interrupts += 1
         t.generated_tokens = max(0, generated_tokens)
@@ -302,6 +304,15 @@ class TrajectoryBook:
         self._leave(t)
         t.queue_seq = self._next_seq()
         return True
+
+    def interruption_counted(self, traj_id: str, worker_id: str) -> bool:
+        """Whether the book has counted the interruption of `traj_id`'s request on
+        `worker_id` already: its last interrupted request ran there. The world's report of
+        it then confirms what the book holds (an `Interrupt` command's promised completion,
+        after `interrupt_workers` counted it at once); `mark_interrupted` has nothing to
+        apply but the preserved tokens."""
+        t = self._trajs.get(traj_id)
+        return t is not None and worker_id in t.interrupted_on
 
     def interrupt_workers(self, worker_ids: Iterable[str]) -> list[str]:
         """Interrupt everything in flight on `worker_ids`; returns the trajectory ids."""

@@ -47,6 +47,9 @@ class ControlContext:
         self.now_s = 0.0
         self.out: list[cmd.Command] = []
         self.notes: list[ControlNote] = []  # decisions and ignored events, in order
+        # the world's reports of interruptions the book had counted already (not ignored:
+        # an Interrupt command's promised completion)
+        self.confirmed_interrupts = 0
         # GPU -> when its RestoreTraining was emitted (its TrainingRestored measures the
         # return's cost).
         self.restoring_since: dict[str, float] = {}

@@ -339,8 +339,12 @@ class Controller:
 
     def _h_interrupted(self, e: ev.RequestInterrupted) -> None:
         book = self.ctx.book
-        if not book.mark_interrupted(e.traj_id, e.worker_id, e.generated_tokens, e.time_s):
-            self.ctx.ignore(f"interrupt of {e.traj_id} on {e.worker_id}: already handled")
+        if book.mark_interrupted(e.traj_id, e.worker_id, e.generated_tokens, e.time_s):
+            return
+        if book.interruption_counted(e.traj_id, e.worker_id):
+            self.ctx.confirmed_interrupts += 1  # expected: the book counted it at once
+            return
+        self.ctx.ignore(f"interrupt of {e.traj_id} on {e.worker_id}: not in flight there")
 
     def _h_done(self, e: ev.TrajectoryDone) -> None:
         if not self.ctx.book.mark_done(e.traj_id, e.time_s):

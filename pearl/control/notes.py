@@ -7,6 +7,8 @@ the same whether `pearl run` or `pearl simulate` produced it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,3 +29,21 @@ class ControlNote:
 
     def to_json(self) -> dict[str, Any]:
         return {"t_s": round(self.t_s, 3), "kind": self.kind, "text": self.text}
+
+
+# The verbs a decision's text starts with, by the run event it leads to (`last_decision`).
+BORROW_VERBS = ("borrow",)
+RETURN_VERBS = ("return", "budget spent")  # the latter: RLBoost+'s early return
+RECLAIM_VERBS = ("reclaim", "GPUs gone")
+
+
+def last_decision(
+    notes: Sequence[ControlNote], verbs: tuple[str, ...], until_s: float = math.inf
+) -> ControlNote | None:
+    """The last decision at or before `until_s` whose text starts with one of `verbs`: the
+    reason a run event gives for itself. (Its start, not anywhere in it: a borrow's reason
+    says "activation + return 9.8 s".)"""
+    for n in reversed(notes):
+        if n.kind == "decision" and n.t_s <= until_s and n.text.startswith(verbs):
+            return n
+    return None

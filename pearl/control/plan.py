@@ -300,3 +300,21 @@ def config_of(state: ClusterState, statuses: Iterable[Status] | None = None) -> 
     if p and d and not c:
         return PDConfig.disaggregated(p, d)
     return None
+
+
+def pd_reconfiguration(
+    before: ClusterState, after: ClusterState
+) -> tuple[PDConfig, PDConfig] | None:
+    """The PD reconfiguration from `before` to `after`, as the configs of their active
+    workers, when the mode or the P:D ratio changed; None otherwise (a rescale of the same
+    ratio, 1:1 -> 2:2, or either state forming no config). Both worlds log a run's
+    `pd_reconfig` events by this rule."""
+    active = (Status.ACTIVE,)
+    c0, c1 = config_of(before, active), config_of(after, active)
+    if c0 is None or c1 is None or c0 == c1:
+        return None
+    if c0.is_colocated != c1.is_colocated:
+        return c0, c1
+    if c0.is_colocated or c0.num_prefill * c1.num_workers == c1.num_prefill * c0.num_workers:
+        return None
+    return c0, c1

@@ -21,8 +21,9 @@ from typing import Any
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
-from pearl.control.plan import config_of
-from pearl.control.state import ClusterState, Gpu, Status, Zone
+from pearl.control.notes import last_decision
+from pearl.control.plan import pd_reconfiguration
+from pearl.control.state import ClusterState, Gpu, Zone
 from pearl.runtime.control_setup import build_controller, configured_policy
 from pearl.runtime.lending import TrainingLending
 from pearl.runtime.pipeline import TrainingPipeline, checkpoint_dir, load_checkpoint
@@ -308,11 +309,14 @@ class RunDriver:
                 workers=list(c.worker_ids),
             )
 
-    def _last_decision(self, word: str) -> str:
-        for d in reversed(self.controller.decisions):
-            if word in d:
-                return d
-        return ""
+    def _last_decision(self, verbs: tuple[str, ...]) -> str:
+        """The last decision starting with one of `verbs`, as "t=...: text" ("" if none)."""
+        n = last_decision(self.controller.notes, verbs)
+        return "" if n is None else str(n)
+
+    def _last_switch(self) -> str:
+        """The last decision that named a target config ("... -> config ...")."""
+        return next((d for d in reversed(self.controller.decisions) if "->" in d), "")
 
     def _record_notes(self) -> None:
         notes = self.controller.notes
@@ -326,21 +330,16 @@ class RunDriver:
         if after != self._last_state:
             self.recorder.record_state(self.now(), after)
             self._last_state = after
-        active = (Status.ACTIVE,)
-        c0, c1 = config_of(before, active), config_of(after, active)
-        if (
-            c0 is not None
-            and c1 is not None
-            and c0 != c1
-            and (c0.mode != c1.mode or _prefill_share_changed(c0, c1))
-        ):
+        change = pd_reconfiguration(before, after)
+        if change is not None:
+            c0, c1 = change
             engine_log = getattr(self.controller.advisor, "log", ())
             decided = [x for x in reversed(engine_log) if x.startswith("decide")]
             last = next((x for x in decided if f": {c1} (" in x), decided[0] if decided else None)
             why = f"; decision engine: {last}" if last else ""
             self.note(
                 "pd_reconfig",
-                f"{c0} -> {c1}: {new[-1] if new else self._last_decision('->')}{why}",
+                f"{c0} -> {c1}: {new[-1] if new else self._last_switch()}{why}",
                 before=str(c0),
                 after=str(c1),
             )
@@ -409,10 +408,3 @@ class RunDriver:
 
 async def _aget(ref: Any) -> Any:
     return await ref
-
-
-def _prefill_share_changed(c0: Any, c1: Any) -> bool:
-    """A P:D ratio change, not a rescale of the same ratio (1:1 -> 2:2 is none)."""
-    if c0.is_colocated or c1.is_colocated:
-        return False
-    return c0.num_prefill * c1.num_workers != c1.num_prefill * c0.num_workers

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
+from pearl.control.notes import BORROW_VERBS, RETURN_VERBS
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -42,8 +43,8 @@ class _Slots(Protocol):
 
 class TrainingLending:
     """The trainer's devices as rollout borrows them. `trainer` is the trainer actor's
-    handle; `note(kind, reason, **detail)` records a run event; `last_decision(word)` is
-    the controller's latest decision containing `word` (the reason noted)."""
+    handle; `note(kind, reason, **detail)` records a run event; `last_decision(verbs)` is
+    the controller's latest decision starting with one of `verbs` (the reason noted)."""
 
     def __init__(
         self,
@@ -53,7 +54,7 @@ class TrainingLending:
         emit: Callable[[Any], None],
         now: Callable[[], float],
         note: Callable[..., None],
-        last_decision: Callable[[str], str],
+        last_decision: Callable[[tuple[str, ...]], str],
         on_returned: Callable[[], None],
     ) -> None:
         self.trainer = trainer
@@ -74,7 +75,7 @@ class TrainingLending:
         released: ObjectRef = self.trainer.release.remote()
         for g in c.gpu_ids:  # a borrowed worker there starts once the trainer is off
             self.slots.device_free[g] = released
-        self.note("borrow", self.last_decision("borrow"), gpus=list(c.gpu_ids))
+        self.note("borrow", self.last_decision(BORROW_VERBS), gpus=list(c.gpu_ids))
 
     def restore(self, c: cmd.RestoreTraining) -> None:
         if not self.restore_deferred.intersection(c.gpu_ids):
@@ -84,7 +85,7 @@ class TrainingLending:
     def release(self, c: cmd.ReleaseGpus) -> None:
         """Borrowed devices go back to training (`c.to == "training"`)."""
         parks = self.slots.parks_pending(c.gpu_ids)
-        reason = self.last_decision("return") or "borrow window over"
+        reason = self.last_decision(RETURN_VERBS) or "borrow window over"
         if parks:  # the parked workers must free the devices before training has them
             self.restore_deferred |= set(c.gpu_ids)
             asyncio.get_running_loop().create_task(

@@ -77,6 +77,7 @@ class SimulationResult:
                 history=r.log.history,
                 commands=r.log.command_log,
                 decisions=r.decisions,
+                request_events=r.request_events,
                 summary={"policy": r.name, **rounded(r.summary)},
                 config_yaml=cfg_yaml,
             )

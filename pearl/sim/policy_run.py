@@ -106,6 +106,10 @@ class PolicyRun:
     traj_done_times_s: list[float]
     world: SimWorld | None = None
     controller: Controller | None = None
+    # per-request run events (interrupt, resume): `SimWorld.request_events`
+    request_events: list[tuple[float, str, str, dict[str, Any]]] = dataclasses.field(
+        default_factory=list
+    )
 
     def slim(self) -> PolicyRun:
         """A picklable copy without the live world and controller."""
@@ -197,4 +201,5 @@ def run_policy(
         list(world.traj_done_times_s),
         world,
         controller,
+        request_events=list(world.request_events),
     )

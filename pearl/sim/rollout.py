@@ -41,6 +41,7 @@ class TrajRun:
     turn: int = 0
     generated_tokens: int = 0  # preserved tokens of the current turn (after interrupts)
     resumed: bool = False
+    resume_pending: bool = False  # interrupted; its next route is its resume
     timing: TurnTiming | None = None
     done: bool = False
     transfer: Handle | None = None
@@ -133,6 +134,10 @@ def route(world: SimWorld, cmd: C.Route) -> None:
     t.roles = (str(p.engine.role),) if d is None else (str(p.engine.role), str(d.engine.role))
     t.context_tokens = turn.context_tokens + tr.generated_tokens
     t.resumed = t.resumed or cmd.full_prefill
+    if tr.resume_pending:  # once per interruption, as `pearl run` notes it
+        tr.resume_pending = False
+        detail = {"traj_id": tr.traj_id, "worker": p.worker_id, "context_tokens": t.context_tokens}
+        world.request_events.append((now, "resume", "resume", detail))
     tr.route = (p.worker_id, d.worker_id if d is not None else None)
     tr.phase = None
     req = Request(
@@ -276,19 +281,20 @@ def _traj_done(world: SimWorld, tr: TrajRun) -> None:
 def interrupt_worker(world: SimWorld, w: SimWorker, *, preserve: bool) -> None:
     """Abort every request on `w` (and every KV transfer heading to it)."""
     now = world.core.now_s
+    why = "interrupted, prefix kept" if preserve else "worker lost with its GPUs"
     for p in w.engine.interrupt_all(now):
         tr = world.by_key.get(p.traj_id)
         if tr is None or tr.done:
             continue
         if preserve:
             tr.generated_tokens = p.generated_tokens
-        _interrupted(world, tr, w.worker_id)
+        _interrupted(world, tr, w.worker_id, why)
     for tid in sorted(w.incoming):
         tr = world.trajs[tid]
         if tr.transfer is not None:
             tr.transfer.cancel()
             tr.transfer = None
-        _interrupted(world, tr, w.worker_id)
+        _interrupted(world, tr, w.worker_id, why)
     w.incoming.clear()
     world.touch(w)
 
@@ -302,6 +308,9 @@ def _cut_turn(world: SimWorld, tr: TrajRun) -> None:
     world.stats.interrupted_requests += 1
 
 
-def _interrupted(world: SimWorld, tr: TrajRun, worker_id: str) -> None:
+def _interrupted(world: SimWorld, tr: TrajRun, worker_id: str, why: str) -> None:
     _cut_turn(world, tr)
+    tr.resume_pending = True
+    detail = {"traj_id": tr.traj_id, "worker": worker_id, "kept_tokens": tr.generated_tokens}
+    world.request_events.append((world.core.now_s, "interrupt", why, detail))
     world.emit(E.RequestInterrupted(world.core.now_s, tr.traj_id, worker_id, tr.generated_tokens))

@@ -17,6 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pearl.control import commands as cmd
+from pearl.control.notes import (
+    BORROW_VERBS,
+    RECLAIM_VERBS,
+    RETURN_VERBS,
+    ControlNote,
+    last_decision,
+)
+from pearl.control.plan import pd_reconfiguration
 from pearl.control.state import ClusterState
 from pearl.control.telemetry import TurnRecord, WorkerStepRecord
 from pearl.control.telemetry import turn_record as make_turn_record
@@ -118,6 +127,7 @@ def write_run_dir(
     decisions: Iterable[dict[str, Any]],
     summary: dict[str, Any],
     config_yaml: str,
+    request_events: Iterable[tuple[float, str, str, dict[str, Any]]] = (),
 ) -> Path:
     """One policy's simulation as a run directory in the format `pearl run` writes
     (`pearl.report.rundir`): config, states, decisions, events, telemetry, per-rollout-step
@@ -127,17 +137,15 @@ def write_run_dir(
     non-empty directory is refused (`InputError`), as `pearl run` does."""
     if out_dir.exists() and is_run_dir(out_dir) and (out_dir / SIM_MARK).is_file():
         shutil.rmtree(out_dir)
-    turns = list(turns)
+    turns, history, decisions = list(turns), list(history), list(decisions)
     rec = RunRecorder(out_dir, config_yaml)
     (out_dir / SIM_MARK).write_text("written by pearl simulate\n")
     for t, state in history:
         rec.record_state(t, state)
     for d in decisions:
         rec.record_decision(d)
-    for t, c in commands:
-        kind = _event_kind(c)
-        if kind is not None:
-            rec.record_event(t, kind, type(c).__name__, **as_doc(c))
+    for t, kind, reason, detail in run_events(history, commands, decisions, request_events):
+        rec.record_event(t, kind, reason, **detail)
     with (out_dir / TELEMETRY_FILE).open("w") as fh:
         write_jsonl(fh, [*turns, *worker_steps], meta)
     for doc in rollout_steps(turns):
@@ -148,17 +156,54 @@ def write_run_dir(
 SIM_MARK = ".pearl-simulate"  # marks a run directory `pearl simulate` may replace
 
 
-def _event_kind(c: Any) -> str | None:
-    """The report's event kind of a command (None: not an elasticity event)."""
-    name = type(c).__name__
-    if name == "OffloadTraining":
-        return "borrow"
-    if name == "ReleaseGpus":
-        return "return" if getattr(c, "to", "") == "training" else "preemption"
-    if name == "AdmitGroup" and str(getattr(c, "group_id", "")).startswith("expand"):
-        return "expansion"
-    if name == "Interrupt":
-        return "interrupt"
+def run_events(
+    history: list[tuple[float, ClusterState]],
+    commands: Iterable[tuple[float, Any]],
+    decisions: list[dict[str, Any]],
+    request_events: Iterable[tuple[float, str, str, dict[str, Any]]] = (),
+) -> list[tuple[float, str, str, dict[str, Any]]]:
+    """A simulation's events.jsonl, (t_s, kind, reason, detail) in time order, as `pearl run`
+    notes them: borrows, returns, preemptions and expansions from the commands, each with the
+    controller's decision that made it as its reason (as `pearl run` does), and the same
+    detail fields (`gpus`, `workers`); PD reconfigurations from the state history, by the
+    rule both worlds share (`pd_reconfiguration`); interrupts and resumes per request."""
+    out: list[tuple[float, str, str, dict[str, Any]]] = list(request_events)
+    said = [
+        ControlNote(float(d["t_s"]), "decision", d["text"])
+        for d in decisions
+        if d.get("kind") == "decision"
+    ]
+    for t, c in commands:
+        made = _command_event(c)
+        if made is not None:
+            kind, verbs, detail = made
+            made_by = last_decision(said, verbs, t + _ROUNDING_S)
+            out.append((t, kind, type(c).__name__ if made_by is None else str(made_by), detail))
+    for (_, s0), (t, s1) in zip(history, history[1:], strict=False):
+        change = pd_reconfiguration(s0, s1)
+        if change is not None:
+            c0, c1 = change
+            last = (n for n in reversed(said) if n.t_s <= t + _ROUNDING_S and "->" in n.text)
+            switch = next(last, None)
+            reason = f"{c0} -> {c1}" + (f": {switch}" if switch else "")
+            out.append((t, "pd_reconfig", reason, {"before": str(c0), "after": str(c1)}))
+    return sorted(out, key=lambda e: e[0])
+
+
+_ROUNDING_S = 1e-3  # a decision's t_s is rounded to the millisecond (`ControlNote.to_json`)
+
+
+def _command_event(c: Any) -> tuple[str, tuple[str, ...], dict[str, Any]] | None:
+    """(event kind, verbs of the decision behind it, detail) of an elasticity command."""
+    if isinstance(c, cmd.OffloadTraining):
+        return "borrow", BORROW_VERBS, {"gpus": list(c.gpu_ids)}
+    if isinstance(c, cmd.ReleaseGpus) and c.to == "training":
+        return "return", RETURN_VERBS, {"gpus": list(c.gpu_ids)}
+    if isinstance(c, cmd.ReleaseGpus):
+        return "preemption", RECLAIM_VERBS, {"gpus": list(c.gpu_ids)}
+    if isinstance(c, cmd.AdmitGroup) and c.group_id.startswith("expand"):
+        detail = {"workers": list(c.worker_ids), "group_id": c.group_id}
+        return "expansion", (f"admit {c.group_id} ",), detail
     return None
 
 
@@ -267,28 +312,6 @@ def decision_docs(controller: Any, log: Any) -> list[dict[str, Any]]:
     docs = [n.to_json() for n in controller.notes]
     docs += [command_doc(t, c) for t, c in log.command_log]
     return sorted(docs, key=lambda d: float(d["t_s"]))
-
-
-def as_doc(obj: Any) -> dict[str, Any]:
-    if hasattr(obj, "to_json"):
-        doc = obj.to_json()
-        return doc if isinstance(doc, dict) else {"value": doc}
-    if isinstance(obj, dict):
-        return obj
-    fields = getattr(obj, "__dataclass_fields__", None)
-    if fields:
-        return {k: _plain(getattr(obj, k)) for k in fields}
-    return {"value": str(obj)}
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    return str(v)
 
 
 def rounded(doc: Any) -> Any:

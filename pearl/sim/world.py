@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pearl.control import commands as C
 from pearl.control import events as E
@@ -112,6 +113,9 @@ class SimWorld:
         self.by_key: dict[int, TrajRun] = {}
         self.steps: dict[int, StepRun] = {}
         self.stats = WorldStats()
+        # per-request run events (interrupt, resume) as `pearl run` notes them:
+        # (t_s, kind, reason, detail), for the run directory (`telemetry_out.write_run_dir`)
+        self.request_events: list[tuple[float, str, str, dict[str, Any]]] = []
         self._hw: dict[int, WorkerHardware] = {}
         self._next_key = 0
         self._last_makespan_s = 216.0

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import yaml
-from rundir_checks import assert_decision_lines
+from rundir_checks import assert_decision_lines, assert_event_lines
 from typer.testing import CliRunner
 
 from pearl.cli.main import app
@@ -72,3 +72,30 @@ def test_simulated_decisions_include_ignored_events_in_time_order(tmp_path: Path
     # ignored events are not counted as decisions
     decisions = [d for d in docs if d["kind"] == "decision"]
     assert f"{len(decisions)} decision(s)" in report
+
+
+def test_simulated_events_read_as_pearl_run_writes_them(tmp_path: Path) -> None:
+    """events.jsonl of a simulation: the detail fields `pearl run` gives each kind, each
+    borrow, return, reclaim and expansion with the controller's decision that made it, one
+    interrupt event per request cut short, and one resume per interruption at most."""
+    out = tmp_path / "run"
+    res = runner.invoke(
+        app,
+        ["simulate", "--trace", "seg2", "--duration", "1500", "--no-bound", "--policies"]
+        + ["pearl", "--out", str(out)],
+    )
+    assert res.exit_code == 0, res.output
+    docs = [json.loads(x) for x in (out / "pearl" / "events.jsonl").read_text().splitlines()]
+    assert_event_lines(docs)
+    kinds = {d["kind"] for d in docs}
+    assert {"borrow", "return", "expansion", "preemption", "interrupt", "resume"} <= kinds
+    assert [d["t_s"] for d in docs] == sorted(d["t_s"] for d in docs)
+    for d in docs:
+        if d["kind"] == "return":
+            assert d["reason"].split(": ", 1)[1].startswith("return"), d
+        if d["kind"] == "expansion":
+            assert f"admit {d['group_id']} " in d["reason"], d
+    interrupts = [d for d in docs if d["kind"] == "interrupt"]
+    resumes = [d for d in docs if d["kind"] == "resume"]
+    assert 0 < len(resumes) <= len(interrupts)
+    assert {d["traj_id"] for d in resumes} <= {d["traj_id"] for d in interrupts}

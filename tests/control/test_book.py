@@ -50,6 +50,10 @@ def test_interrupt_requeues_exactly_once():
     assert [t.traj_id for t in q] == ["s0-g0-1"]
     t = q[0]
     assert t.num_interrupts == 1 and t.generated_tokens == 20 and t.prefix_worker is None
+    # the interruption was counted on both workers of its route, on no other
+    assert b.interruption_counted("s0-g0-1", "w1") and b.interruption_counted("s0-g0-1", "w2")
+    assert not b.interruption_counted("s0-g0-1", "w3")
+    assert not b.interruption_counted("s0-g0-0", "w1")  # never interrupted
 
 
 def test_interrupted_go_first_in_queue():

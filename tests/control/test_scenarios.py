@@ -133,9 +133,15 @@ def test_return_interrupts_borrowed_workers_and_resumes_their_trajectories():
     resumed = of(out, C.Route)
     assert {r.traj_id for r in resumed} == on_borrowed
     assert all(r.full_prefill and r.prefill_worker_id == "w0" for r in resumed)
-    # The world's late RequestInterrupted events do not queue them a second time.
+    # The world's late RequestInterrupted events (the Interrupt's promised completions) do
+    # not queue them a second time, and are confirmations, not ignored events.
+    ignored = len(ctl.ignored)
     for tid in on_borrowed:
         assert of(ctl.handle(E.RequestInterrupted(41.0, tid, borrowed, 12)), C.Route) == []
+    assert len(ctl.ignored) == ignored and ctl.ctx.confirmed_interrupts == len(on_borrowed)
+    # one about a worker the request never ran on is ignored, with why
+    ctl.handle(E.RequestInterrupted(42.0, next(iter(on_borrowed)), "w9", 3))
+    assert "not in flight there" in ctl.ignored[-1]
 
 
 class SwitchToDisagg(HeuristicAdvisor):

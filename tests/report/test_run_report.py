@@ -20,12 +20,12 @@ controller: {policy: pearl}
 # (step, reward, measured makespan, predicted makespan, trajectories)
 STEPS = [(0, 0.10, 10.0, 13.0, 8), (1, 0.20, 12.0, 11.0, 8), (2, 0.40, 9.0, 9.9, 8)]
 EVENTS = [
-    (3.0, "expansion", "predicted gain 4.0 s > cost 1.5 s", {"gpu_ids": ["p0"]}),
-    (4.0, "borrow", "training idle for 20 s", {"gpu_ids": ["o0"]}),
+    (3.0, "expansion", "predicted gain 4.0 s > cost 1.5 s", {"gpus": ["p0"]}),
+    (4.0, "borrow", "training idle for 20 s", {"gpus": ["o0"]}),
     (6.0, "interrupt", "kept 5 generated tokens", {"traj_id": "t3"}),
-    (6.5, "preemption", "reclaim notice, deadline 8.0 s", {"gpu_ids": ["p0"]}),
+    (6.5, "preemption", "reclaim notice, deadline 8.0 s", {"gpus": ["p0"]}),
     (7.0, "resume", "full prefill elsewhere", {"traj_id": "t3"}),
-    (9.0, "return", "training wants its GPUs", {"gpu_ids": ["o0"]}),
+    (9.0, "return", "training wants its GPUs", {"gpus": ["o0"]}),
     (9.5, "offer", "trace: preemptible p1 joined", {}),
     (
         11.0,

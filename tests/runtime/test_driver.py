@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rundir_checks import assert_decision_lines
+from rundir_checks import assert_decision_lines, assert_event_lines
 
 from pearl.runtime.run_config import RunConfig
 
@@ -150,6 +150,7 @@ def test_report_is_written(run_dir):
     # every event the controller ignored is in decisions.jsonl with why, not only counted
     docs = _lines(out / "decisions.jsonl")
     assert_decision_lines(docs)
+    assert_event_lines(_lines(out / "events.jsonl"))
     ignored = [d["text"] for d in docs if d["kind"] == "ignored"]
     assert len(ignored) == summary["ignored_events"]
     # a cancelled turn's events never reach the controller (Flights.is_stale): none of its
