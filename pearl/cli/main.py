@@ -47,6 +47,9 @@ def _register() -> None:
     from pearl.cli import env_cmd
 
     env_cmd.register(app)
+    from pearl.cli import report_cmd
+
+    report_cmd.register(app)
 
 
 _register()

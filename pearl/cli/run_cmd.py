@@ -132,7 +132,8 @@ def register(app: typer.Typer) -> None:
             summary = driver.run(cfg, out_dir=out_dir, resume=resume is not None, live=not no_live)
         except KeyboardInterrupt:
             err_console.print(
-                f"interrupted; continue with: pearl run --resume {out_dir}",
+                f"interrupted; continue with: pearl run --resume {out_dir} "
+                f"(a report of what it did so far: pearl report {out_dir})",
                 highlight=False,
                 soft_wrap=True,
             )

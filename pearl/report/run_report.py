@@ -263,9 +263,10 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def build_report(run_dir: Path) -> Path:
-    """Write report.md and the PNGs it links into `run_dir`; returns report.md's path."""
-    run = load_run(run_dir)
+def build_report(run_dir: Path, run: RunData | None = None) -> Path:
+    """Write report.md and the PNGs it links into `run_dir` (from `run`, what `load_run`
+    read there, if given); returns report.md's path."""
+    run = load_run(run_dir) if run is None else run
     plots = _plots(run)
     path = Path(run_dir) / "report.md"
     path.write_text(render_markdown(run, plots))
