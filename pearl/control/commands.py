@@ -53,10 +53,18 @@ class SyncWeights:
 
 @dataclass(frozen=True, slots=True)
 class AdmitGroup:
-    """Every worker of `group_id` is ready and synced: they become routable together."""
+    """Every worker of `group_id` is ready and synced: they become routable together.
+    A group id is "<kind>-<n>", its kind what made it: "initial", "expand" (preemptible GPUs
+    taken, paper §4.5), "borrow" (idle training GPUs, §4.6), or a re-plan's ("switch",
+    "shrink")."""
 
     group_id: str
     worker_ids: tuple[str, ...]
+
+    @property
+    def is_expansion(self) -> bool:
+        """Preemptible GPUs admitted: what a run directory logs as an "expansion" event."""
+        return self.group_id.startswith("expand-")
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,3 +47,12 @@ def last_decision(
         if n.kind == "decision" and n.t_s <= until_s and n.text.startswith(verbs):
             return n
     return None
+
+
+def last_switch(notes: Sequence[ControlNote], until_s: float = math.inf) -> ControlNote | None:
+    """The last decision at or before `until_s` that named a target config ("... -> config"):
+    the reason a PD reconfiguration gives for itself."""
+    for n in reversed(notes):
+        if n.kind == "decision" and n.t_s <= until_s and "->" in n.text:
+            return n
+    return None

@@ -21,7 +21,7 @@ from typing import Any
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
-from pearl.control.notes import last_decision
+from pearl.control.notes import last_decision, last_switch
 from pearl.control.plan import pd_reconfiguration
 from pearl.control.state import ClusterState, Gpu, Zone
 from pearl.runtime.control_setup import build_controller, configured_policy
@@ -302,21 +302,18 @@ class RunDriver:
             self.recorder.record_command(self.controller.now_s, c)
         if isinstance(c, cmd.StartRolloutBatch):
             self.pipeline.on_batch_started(c.step)
-        if isinstance(c, cmd.AdmitGroup):
+        if isinstance(c, cmd.AdmitGroup) and c.is_expansion:
             self.note(
                 "expansion",
-                f"group {c.group_id} admitted: {list(c.worker_ids)}",
+                self._last_decision((f"admit {c.group_id} ",)) or f"group {c.group_id} admitted",
                 workers=list(c.worker_ids),
+                group_id=c.group_id,
             )
 
     def _last_decision(self, verbs: tuple[str, ...]) -> str:
         """The last decision starting with one of `verbs`, as "t=...: text" ("" if none)."""
         n = last_decision(self.controller.notes, verbs)
         return "" if n is None else str(n)
-
-    def _last_switch(self) -> str:
-        """The last decision that named a target config ("... -> config ...")."""
-        return next((d for d in reversed(self.controller.decisions) if "->" in d), "")
 
     def _record_notes(self) -> None:
         notes = self.controller.notes
@@ -339,7 +336,7 @@ class RunDriver:
             why = f"; decision engine: {last}" if last else ""
             self.note(
                 "pd_reconfig",
-                f"{c0} -> {c1}: {new[-1] if new else self._last_switch()}{why}",
+                f"{c0} -> {c1}: {last_switch(self.controller.notes) or ''}{why}",
                 before=str(c0),
                 after=str(c1),
             )

@@ -24,6 +24,7 @@ from pearl.control.notes import (
     RETURN_VERBS,
     ControlNote,
     last_decision,
+    last_switch,
 )
 from pearl.control.plan import pd_reconfiguration
 from pearl.control.state import ClusterState
@@ -183,8 +184,7 @@ def run_events(
         change = pd_reconfiguration(s0, s1)
         if change is not None:
             c0, c1 = change
-            last = (n for n in reversed(said) if n.t_s <= t + _ROUNDING_S and "->" in n.text)
-            switch = next(last, None)
+            switch = last_switch(said, t + _ROUNDING_S)
             reason = f"{c0} -> {c1}" + (f": {switch}" if switch else "")
             out.append((t, "pd_reconfig", reason, {"before": str(c0), "after": str(c1)}))
     return sorted(out, key=lambda e: e[0])
@@ -201,7 +201,7 @@ def _command_event(c: Any) -> tuple[str, tuple[str, ...], dict[str, Any]] | None
         return "return", RETURN_VERBS, {"gpus": list(c.gpu_ids)}
     if isinstance(c, cmd.ReleaseGpus):
         return "preemption", RECLAIM_VERBS, {"gpus": list(c.gpu_ids)}
-    if isinstance(c, cmd.AdmitGroup) and c.group_id.startswith("expand"):
+    if isinstance(c, cmd.AdmitGroup) and c.is_expansion:
         detail = {"workers": list(c.worker_ids), "group_id": c.group_id}
         return "expansion", (f"admit {c.group_id} ",), detail
     return None

@@ -29,7 +29,7 @@ EVENT_FIELDS = {
     "borrow": {"gpus"},
     "return": {"gpus"},
     "preemption": {"gpus"},
-    "expansion": {"workers"},
+    "expansion": {"workers", "group_id"},
     "interrupt": {"traj_id", "worker", "kept_tokens"},
     "resume": {"traj_id", "worker", "context_tokens"},
     "pd_reconfig": {"before", "after"},
@@ -46,6 +46,8 @@ def assert_event_lines(docs: list[dict[str, Any]]) -> None:
         fields = EVENT_FIELDS.get(d["kind"])
         if fields is not None:
             assert fields <= set(d), d
+        if d["kind"] == "expansion":  # preemptible GPUs admitted, not any group
+            assert d["group_id"].startswith("expand-"), d
         if d["kind"] in ("borrow", "preemption") and d["reason"].startswith("t="):
             text = d["reason"].split(": ", 1)[1]
             assert text.startswith(("borrow", "reclaim", "GPUs gone")), d
