@@ -189,6 +189,9 @@ def run_policy(
     log = driver.run(duration, cb)
     world.finish(duration)
     summary = summarise(world, log, duration)
+    # as `pearl run` reports it: events that made no sense for the state they met (the
+    # run directory's decisions.jsonl says which and why)
+    summary["ignored_events"] = len(controller.ignored)
     return PolicyRun(
         label,
         summary,

@@ -66,6 +66,8 @@ def test_simulated_decisions_include_ignored_events_in_time_order(tmp_path: Path
     ignored = [d for d in docs if d["kind"] == "ignored"]
     assert any("policy roll does not borrow" in d["text"] for d in ignored)
     assert any("policy roll is not elastic" in d["text"] for d in ignored)
+    summary = json.loads((out / "summary.json").read_text())["policies"]["roll"]
+    assert summary["ignored_events"] == len(ignored)  # as pearl run's summary counts them
     assert_decision_lines(docs)  # time order included
     report = (out / "roll" / "report.md").read_text()
     assert f"{len(ignored)} event(s) ignored by the controller" in report
