@@ -65,12 +65,10 @@ def _print_table(doc: dict[str, Any]) -> None:
         "steps/h",
         "of bound",
         "makespan s",
-        "reconfigs",
         "GPU-h",
     ):
         table.add_column(col, justify="right" if col != "policy" else "left")
     for name, s in doc["policies"].items():
-        reconf = ", ".join(f"{k} {v}" for k, v in s["reconfigurations"].items() if v)
         frac = s.get("fraction_of_bound")
         table.add_row(
             name,
@@ -79,10 +77,10 @@ def _print_table(doc: dict[str, Any]) -> None:
             f"{s['train_steps_per_hour']:.2f}",
             "-" if frac is None else f"{100 * frac:.0f}%",
             f"{s['mean_makespan_s']:.0f}" if s["mean_makespan_s"] is not None else "-",
-            reconf or "-",
             f"{s['gpu_hours']['total']:.1f}",
         )
     console.print(table)
+    _print_reconfigurations(doc["policies"])
     idle = [name for name, s in doc["policies"].items() if not s["rollout_steps"]]
     bare = [name for name in idle if not doc["policies"][name]["gpu_hours"]["total"]]
     slow = [name for name in idle if name not in bare]
@@ -98,6 +96,24 @@ def _print_table(doc: dict[str, Any]) -> None:
             f"bound: {bound['trajs_per_hour']:.1f} traj/h "
             f"({bound['best_static']}, limited by {bound['limited_by']})"
         )
+
+
+def _print_reconfigurations(policies: dict[str, Any]) -> None:
+    """One line per policy under the table (a column wraps into a tower at 80 characters)."""
+    lines = []
+    for name, s in policies.items():
+        counts = ", ".join(f"{k} {v}" for k, v in s["reconfigurations"].items() if v)
+        if counts:
+            lines.append(f"  {name}: {counts}")
+    if lines:
+        console.print(
+            "reconfigurations (workers started on preemptible GPUs after the start / on "
+            "training GPUs, hand-backs to training, reclaims that hit a worker):",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for line in lines:
+            console.print(line, highlight=False, soft_wrap=True)
 
 
 def _parse_seeds(raw: str) -> list[int]:
