@@ -51,3 +51,19 @@ def test_pd_point_gain_and_best_ratio() -> None:
     p = PdPoint(96, colocated_s=367.0, disaggregated_s={(3, 5): 406.0, (4, 4): 349.0})
     assert p.best_ratio == (4, 4)
     assert p.disagg_gain == pytest.approx(367.0 / 349.0 - 1)
+
+
+def test_split_headroom_measures_against_the_alone_on_a_gpu_floor() -> None:
+    """The note says how far colocation and the best split are above the floor no pool
+    beats, and how close the paper's +9.7% would need the split to come."""
+    from pearl.sim.config import SimConfig
+    from pearl.sim.experiments.facts import _split_headroom, unlimited_pool
+
+    cfg = SimConfig()
+    floor, _ = unlimited_pool(cfg.with_updates(**{"rollout.batch_size": 8}))
+    p = PdPoint(8, colocated_s=1.3 * floor, disaggregated_s={(1, 1): 1.2 * floor})
+    note = _split_headroom(cfg, "qwen3-8b", p)
+    assert f"takes {floor:.0f} s" in note
+    assert "colocation is 30% above it, the best split 20%" in note
+    assert f"within {1.3 / 1.097 - 1:.0%} of it" in note
+    assert "no split" in _split_headroom(cfg, "qwen3-8b", PdPoint(8, 100.0, {}))

@@ -50,6 +50,26 @@ from pearl.specs.workload import WorkloadSpec
 __all__ = ["MODELS", "PdPoint", "crossover_verdict", "pd_point", "run", "unlimited_pool"]
 
 
+def _split_headroom(cfg: SimConfig, model: str, p: PdPoint) -> str:
+    """How much any split could win at this batch: no pool beats the slowest trajectory
+    alone on a GPU (the unlimited pool's makespan), so the paper's +9.7% needs the best
+    split within colocated / 1.097 of that floor."""
+    if not p.disaggregated_s:
+        return f"{model} batch {p.batch}: no split in the range"
+    floor, _ = unlimited_pool(
+        cfg.with_updates(**{"cluster.model": model, "rollout.batch_size": p.batch})
+    )
+    best = p.disaggregated_s[p.best_ratio]
+    return (
+        f"{model} batch {p.batch}: the slowest of {p.batch} trajectories alone on a GPU takes "
+        f"{floor:.0f} s (mean of 8 seeds, pearl.sim.calibration.critical_path), a floor no "
+        f"pool beats; colocation is {p.colocated_s / floor - 1:.0%} above it, the best split "
+        f"{best / floor - 1:.0%}, and the paper's +9.7% would need the split within "
+        f"{p.colocated_s / 1.097 / floor - 1:.0%} of it (where the split's time goes: "
+        "docs/simulator-model.md, §3.3)."
+    )
+
+
 def _row(fact: str, paper: str, sim: str, tolerance: str, ok: bool, how: str) -> dict[str, Any]:
     return {
         "fact": fact,
@@ -235,6 +255,7 @@ def run(
                     how,
                 )
             )
+        notes.append(_split_headroom(cfg, model, pts[lo]))
         if 48 in pts and 64 in pts:
             r48, r64 = pts[48].best_ratio, pts[64].best_ratio
             rows.append(
