@@ -21,18 +21,21 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write report.md and its plots for a run directory, e.g. one whose run was stopped."""
         from pearl.report.run_report import build_report, load_run
-        from pearl.report.rundir import CONFIG_FILE, is_run_dir
+        from pearl.report.rundir import CONFIG_FILE, JSONL_FILES, is_run_dir
 
         if not run_dir.is_dir():
-            raise InputError(str(run_dir), "no such directory", field="RUN_DIR")
-        if not is_run_dir(run_dir):
-            hint = ""
-            subdirs = sorted(p.name for p in run_dir.iterdir() if is_run_dir(p))
-            if subdirs:
-                hint = f"; its run directories: {', '.join(subdirs)}"
-            raise InputError(
-                str(run_dir), f"not a run directory (no {CONFIG_FILE}){hint}", field="RUN_DIR"
-            )
+            why = "not a directory" if run_dir.exists() else "no such directory"
+            raise InputError(str(run_dir), why, field="RUN_DIR")
+        recorded = [n for n in JSONL_FILES if (run_dir / n).is_file()]
+        if not is_run_dir(run_dir) or not recorded:
+            inside = sorted(p.name for p in run_dir.iterdir() if p.is_dir() and is_run_dir(p))
+            if inside:  # the --out of `pearl simulate`: one run directory per policy
+                why = f"holds one run directory per policy ({', '.join(inside)}): name one"
+            elif not is_run_dir(run_dir):
+                why = f"not a run directory (no {CONFIG_FILE})"
+            else:
+                why = f"nothing recorded yet (no {', '.join(JSONL_FILES)})"
+            raise InputError(str(run_dir), why, field="RUN_DIR")
         run = load_run(run_dir)
         path = build_report(run_dir, run)
         doc = {

@@ -38,9 +38,24 @@ def test_report_rebuilds_a_simulated_run_directory(tmp_path: Path) -> None:
 def test_report_refuses_what_is_not_a_run_directory(tmp_path: Path) -> None:
     res = runner.invoke(app, ["report", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "no such directory" in res.output
+    (tmp_path / "f.txt").write_text("x")
+    res = runner.invoke(app, ["report", str(tmp_path / "f.txt")])
+    assert res.exit_code == 2 and "not a directory" in res.output
     # the --out of `pearl simulate` holds one run directory per policy: named in the error
+    # (it has a config.yaml of its own, and nothing recorded)
     (tmp_path / "a" / "pearl").mkdir(parents=True)
+    (tmp_path / "a" / "config.yaml").write_text("seed: 0\n")
     (tmp_path / "a" / "pearl" / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "a" / "pearl" / "steps.jsonl").write_text("")
     res = runner.invoke(app, ["report", str(tmp_path / "a")])
     assert res.exit_code == 2
-    assert "not a run directory (no config.yaml); its run directories: pearl" in res.output
+    assert "holds one run directory per policy (pearl): name one" in res.output
+    assert not (tmp_path / "a" / "report.md").exists()
+    # a run that stopped before recording anything but its config
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "config.yaml").write_text("seed: 0\n")
+    res = runner.invoke(app, ["report", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "nothing recorded yet" in res.output
+    (tmp_path / "c").mkdir()
+    res = runner.invoke(app, ["report", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "not a run directory (no config.yaml)" in res.output
