@@ -285,11 +285,9 @@ class RunDriver:
 
     def _handle(self, event: Any) -> None:
         before = self.controller.state
-        first_note = len(self.controller.notes)
         self.dispatcher.handle(event)
         after = self.controller.state
-        new = [str(n) for n in self.controller.notes[first_note:] if n.kind == "decision"]
-        self._record_changes(before, after, new)
+        self._record_changes(before, after)
         if isinstance(event, ev.TrajectoryDone):
             self.pipeline.on_trajectory_done(event)
 
@@ -321,8 +319,8 @@ class RunDriver:
             self.recorder.record_note(n)
         self._num_notes = len(notes)
 
-    def _record_changes(self, before: ClusterState, after: ClusterState, new: list[str]) -> None:
-        """Record what one event changed; `new`: the decisions it led to."""
+    def _record_changes(self, before: ClusterState, after: ClusterState) -> None:
+        """Record what one event changed: the controller's notes, the state, a PD switch."""
         self._record_notes()
         if after != self._last_state:
             self.recorder.record_state(self.now(), after)
