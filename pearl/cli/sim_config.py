@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from pearl.cli.output import err_console
 from pearl.errors import InputError, from_validation
 
 
@@ -81,7 +82,22 @@ def build_sim_config(
     if show:
         print_config(cfg)
         raise typer.Exit(0)
+    _warn_unpinned(cfg.cluster.gpu)
     return cfg
+
+
+def _warn_unpinned(gpu: str) -> None:
+    """One line on stderr when the world's speed on `gpu` is not pinned to a measurement."""
+    from pearl.specs import get_gpu
+
+    why = get_gpu(gpu).unpinned
+    if why:
+        err_console.print(
+            f"[yellow]note:[/yellow] {gpu}: not calibrated: {why} (BENCHMARKS.md, "
+            "simulator calibration)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _built(config: Path | None, updates: dict[str, Any], sets: list[str] | None) -> Any:

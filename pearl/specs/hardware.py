@@ -28,6 +28,12 @@ class GpuSpec(BaseModel):
         gt=0, description="Device memory in GB (1e9 bytes) as the driver reports it."
     )
     nvlink_gb_s_per_dir: float = Field(gt=0, description="NVLink GB/s per direction.")
+    unpinned: str = Field(
+        default="",
+        description="Why the simulated world's speed on this card is not pinned to a "
+        "published measurement (BENCHMARKS.md, the calibration table); empty where rows "
+        "within tolerance pin it. Commands that simulate on such a card say so.",
+    )
 
     @property
     def flops_per_s(self) -> float:
