@@ -49,10 +49,17 @@ def last_decision(
     return None
 
 
-def last_switch(notes: Sequence[ControlNote], until_s: float = math.inf) -> ControlNote | None:
-    """The last decision at or before `until_s` that named a target config ("... -> config"):
-    the reason a PD reconfiguration gives for itself."""
+def change_reason(
+    notes: Sequence[ControlNote], t_s: float, tolerance_s: float = 1e-3
+) -> ControlNote | None:
+    """The decision behind a change of the cluster seen at `t_s` (a PD reconfiguration):
+    of the decisions taken then, the last that named a target config ("... -> config"),
+    else the last of them (e.g. a reclaim's); with none taken then, the last one before
+    that named a target. `tolerance_s`: a written note's time is rounded to the ms."""
+    now = [n for n in notes if n.kind == "decision" and abs(n.t_s - t_s) <= tolerance_s]
+    if now:
+        return next((n for n in reversed(now) if "->" in n.text), now[-1])
     for n in reversed(notes):
-        if n.kind == "decision" and n.t_s <= until_s and "->" in n.text:
+        if n.kind == "decision" and n.t_s <= t_s + tolerance_s and "->" in n.text:
             return n
     return None

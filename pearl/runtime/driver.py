@@ -21,7 +21,7 @@ from typing import Any
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
-from pearl.control.notes import last_decision, last_switch
+from pearl.control.notes import change_reason, last_decision
 from pearl.control.plan import pd_reconfiguration
 from pearl.control.state import ClusterState, Gpu, Zone
 from pearl.runtime.control_setup import build_controller, configured_policy
@@ -328,13 +328,14 @@ class RunDriver:
         change = pd_reconfiguration(before, after)
         if change is not None:
             c0, c1 = change
+            t = self.controller.now_s
             engine_log = getattr(self.controller.advisor, "log", ())
             decided = [x for x in reversed(engine_log) if x.startswith("decide")]
             last = next((x for x in decided if f": {c1} (" in x), decided[0] if decided else None)
             why = f"; decision engine: {last}" if last else ""
             self.note(
                 "pd_reconfig",
-                f"{c0} -> {c1}: {last_switch(self.controller.notes) or ''}{why}",
+                f"{c0} -> {c1}: {change_reason(self.controller.notes, t) or ''}{why}",
                 before=str(c0),
                 after=str(c1),
             )

@@ -23,8 +23,8 @@ from pearl.control.notes import (
     RECLAIM_VERBS,
     RETURN_VERBS,
     ControlNote,
+    change_reason,
     last_decision,
-    last_switch,
 )
 from pearl.control.plan import pd_reconfiguration
 from pearl.control.state import ClusterState
@@ -184,7 +184,7 @@ def run_events(
         change = pd_reconfiguration(s0, s1)
         if change is not None:
             c0, c1 = change
-            switch = last_switch(said, t + _ROUNDING_S)
+            switch = change_reason(said, t, _ROUNDING_S)
             reason = f"{c0} -> {c1}" + (f": {switch}" if switch else "")
             out.append((t, "pd_reconfig", reason, {"before": str(c0), "after": str(c1)}))
     return sorted(out, key=lambda e: e[0])
