@@ -29,14 +29,15 @@ from pearl.control.book import TrajectoryBook, TrajState
 from pearl.control.context import ControlContext
 from pearl.control.elastic import ControllerError, ElasticScheduler, Group
 from pearl.control.invariants import check_invariants
+from pearl.control.makespan import predict
 from pearl.control.notes import ControlNote
-from pearl.control.plan import PDConfig
+from pearl.control.plan import PDConfig, config_of
 from pearl.control.policies import borrow_budget, get_policy
 from pearl.control.policies.base import Advisor, Policy
 from pearl.control.profile import HardwarePrior
 from pearl.control.rebuilder import Rebuilder
 from pearl.control.router import route_queued
-from pearl.control.state import ClusterState, Gpu
+from pearl.control.state import ClusterState, Gpu, Status
 from pearl.control.toggle import ToggleManager
 
 __all__ = ["Controller", "ControllerError"]
@@ -163,6 +164,19 @@ class Controller:
     def decisions(self) -> list[str]:
         """Every decision taken, one line each."""
         return self.ctx.decisions
+
+    def predicted_batch_makespan_s(self) -> float | None:
+        """The decision engine's makespan for one rollout batch on the active config, from
+        what telemetry taught it so far; None for a policy without an engine (the
+        baselines), before any worker is active, or where the config is infeasible. Both
+        worlds record it as a step's `predicted_makespan_s` when the batch starts."""
+        profile = getattr(self.ctx.advisor, "profile", None)
+        config = config_of(self.ctx.state, (Status.ACTIVE,))
+        if profile is None or config is None:
+            return None
+        batch = self.num_groups * self.group_size
+        p = predict(config, profile, batch, num_gpus_per_worker=self.ctx.gpus_per_worker)
+        return p.makespan_s if p.feasible else None
 
     # -- the one entry point ---------------------------------------------------------------
     def handle(self, event: Any) -> list[cmd.Command]:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from pearl.control import events as ev
 from pearl.control.controller import Controller
-from pearl.control.makespan import predict
 from pearl.control.plan import config_of
 from pearl.control.state import Gpu, Status
 from pearl.report.rundir import RunRecorder
@@ -90,7 +89,7 @@ class TrainingPipeline:
     def on_batch_started(self, step: int) -> None:
         """A rollout batch starts: its start time, and what the engine predicts for it."""
         self.step_started.setdefault(step, self.now())
-        self.step_predicted.setdefault(step, self.predict_makespan())
+        self.step_predicted.setdefault(step, self.controller.predicted_batch_makespan_s())
 
     def on_trajectory_done(self, event: ev.TrajectoryDone) -> None:
         traj = self.world.trajs.get(event.traj_id)
@@ -159,20 +158,6 @@ class TrainingPipeline:
         self.emit(ev.TrainingStepFinished(self.now(), self.version))
         self.offer_training_idle()
         self.maybe_train()
-
-    def predict_makespan(self) -> float | None:
-        """The decision engine's makespan for one batch on the current active config."""
-        profile = getattr(self.controller.advisor, "profile", None)
-        config = config_of(self.controller.state, (Status.ACTIVE,))
-        if profile is None or config is None:
-            return None
-        p = predict(
-            config,
-            profile,
-            self.cfg.rollout.batch_size,
-            num_gpus_per_worker=self.cfg.cluster.gpus_per_worker,
-        )
-        return p.makespan_s if p.feasible else None
 
     def offer_training_idle(self) -> None:
         if self.done:

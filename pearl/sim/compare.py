@@ -78,6 +78,8 @@ class SimulationResult:
                 commands=r.log.command_log,
                 decisions=r.decisions,
                 request_events=r.request_events,
+                step_spans_s=r.step_spans_s,
+                step_predicted_s=r.step_predicted_s,
                 summary={"policy": r.name, **rounded(r.summary)},
                 config_yaml=cfg_yaml,
             )

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pearl.control.commands import StartRolloutBatch
 from pearl.world.contract import ControllerLike, World
 from pearl.world.dispatch import Dispatcher, DispatchLog
 from pearl.world.loop import drive, run_to_completion
@@ -51,14 +52,23 @@ class Driver:
     ) -> None:
         self.world = world
         self.controller = controller
+        # step -> the decision engine's makespan for it when it started (None: no engine)
+        self.predicted_makespans_s: dict[int, float | None] = {}
         self.dispatcher = Dispatcher(
             world,
             controller,
             lambda: world.core.now_s,
             keep_history=keep_history,
             keep_commands=keep_commands,
+            before_execute=self._before_execute,
         )
         self.log = self.dispatcher.log
+
+    def _before_execute(self, c: Any) -> None:
+        """What the engine predicts for a batch as it starts, as `pearl run` records it."""
+        if isinstance(c, StartRolloutBatch):
+            predict = getattr(self.controller, "predicted_batch_makespan_s", None)
+            self.predicted_makespans_s[c.step] = predict() if predict is not None else None
 
     def run(
         self,

@@ -110,6 +110,10 @@ class PolicyRun:
     request_events: list[tuple[float, str, str, dict[str, Any]]] = dataclasses.field(
         default_factory=list
     )
+    # per rollout step: (start, end) as `pearl run` measures a batch, and the engine's
+    # prediction at its start (`Driver.predicted_makespans_s`)
+    step_spans_s: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    step_predicted_s: dict[int, float | None] = dataclasses.field(default_factory=dict)
 
     def slim(self) -> PolicyRun:
         """A picklable copy without the live world and controller."""
@@ -205,4 +209,6 @@ def run_policy(
         world,
         controller,
         request_events=list(world.request_events),
+        step_spans_s=dict(world.step_spans_s),
+        step_predicted_s=dict(driver.predicted_makespans_s),
     )

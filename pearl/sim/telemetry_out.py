@@ -129,6 +129,8 @@ def write_run_dir(
     summary: dict[str, Any],
     config_yaml: str,
     request_events: Iterable[tuple[float, str, str, dict[str, Any]]] = (),
+    step_spans_s: dict[int, tuple[float, float]] | None = None,
+    step_predicted_s: dict[int, float | None] | None = None,
 ) -> Path:
     """One policy's simulation as a run directory in the format `pearl run` writes
     (`pearl.report.rundir`): config, states, decisions, events, telemetry, per-rollout-step
@@ -149,7 +151,7 @@ def write_run_dir(
         rec.record_event(t, kind, reason, **detail)
     with (out_dir / TELEMETRY_FILE).open("w") as fh:
         write_jsonl(fh, [*turns, *worker_steps], meta)
-    for doc in rollout_steps(turns):
+    for doc in rollout_steps(turns, step_spans_s, step_predicted_s):
         rec.record_step(doc.pop("step"), doc)
     return rec.finish(summary)
 
@@ -207,9 +209,19 @@ def _command_event(c: Any) -> tuple[str, tuple[str, ...], dict[str, Any]] | None
     return None
 
 
-def rollout_steps(turns: Iterable[TurnRecord]) -> list[dict[str, Any]]:
-    """Per rollout step: its trajectories and measured makespan (first queue to the last
-    turn's end, environment step included), the series the report plots."""
+def rollout_steps(
+    turns: Iterable[TurnRecord],
+    spans_s: dict[int, tuple[float, float]] | None = None,
+    predicted_s: dict[int, float | None] | None = None,
+) -> list[dict[str, Any]]:
+    """Per rollout step: its trajectories and measured makespan, the series the report
+    plots. The makespan is the world's span of the step where `spans_s` has it (from its
+    StartRolloutBatch to its last trajectory done, as `pearl run` measures a batch), else
+    from the first turn queued to the last turn's end, environment step included.
+    `predicted_s`: the decision engine's makespan at the step's start (`pearl run` records
+    it too), for the report's prediction error."""
+    spans_s = spans_s or {}
+    predicted_s = predicted_s or {}
     by_step: dict[int, list[TurnRecord]] = {}
     for t in turns:
         by_step.setdefault(t.step, []).append(t)
@@ -217,11 +229,14 @@ def rollout_steps(turns: Iterable[TurnRecord]) -> list[dict[str, Any]]:
     for step, ts in sorted(by_step.items()):
         start = min(t.t_queued_s for t in ts)
         end = max(t.t_env_end_s if t.t_env_end_s is not None else t.t_decode_end_s for t in ts)
+        if step in spans_s:
+            start, end = spans_s[step]
         out.append(
             {
                 "step": step,
                 "trajectories": len({t.traj_id for t in ts}),
                 "rollout_makespan_s": end - start,
+                "predicted_makespan_s": predicted_s.get(step),
                 "t_s": end,
             }
         )

@@ -121,6 +121,9 @@ class SimWorld:
         self._last_makespan_s = 216.0
         self.finished_turns: list = []
         self.step_end_times_s: list[float] = []
+        # step -> (its StartRolloutBatch, its last trajectory done): the makespan as
+        # `pearl run` measures it, for the run directory's steps.jsonl
+        self.step_spans_s: dict[int, tuple[float, float]] = {}
         self.traj_done_times_s: list[float] = []
         self._reclaimed: set[str] = set()
         self.finished_worker_steps: list = []
@@ -363,6 +366,7 @@ class SimWorld:
         self._last_makespan_s = makespan
         self.stats.makespans_s.append(makespan)
         self.step_end_times_s.append(now)
+        self.step_spans_s[s.step] = (s.start_s, now)
         worker_steps = []
         for w in self.workers.values():
             rec = worker_step_record(w.engine.take_stats(now), s.step, w.engine.kv_capacity_tokens)

@@ -101,3 +101,11 @@ def test_simulated_events_read_as_pearl_run_writes_them(tmp_path: Path) -> None:
     resumes = [d for d in docs if d["kind"] == "resume"]
     assert 0 < len(resumes) <= len(interrupts)
     assert {d["traj_id"] for d in resumes} <= {d["traj_id"] for d in interrupts}
+    # steps.jsonl carries the engine's prediction at each batch's start, as pearl run's does,
+    # so the report measures it
+    steps = [json.loads(x) for x in (out / "pearl" / "steps.jsonl").read_text().splitlines()]
+    predicted = [d for d in steps if d["predicted_makespan_s"] is not None]
+    assert predicted and all(d["predicted_makespan_s"] > 0 for d in predicted)
+    assert "Median relative error of predicted vs measured" in (
+        (out / "pearl" / "report.md").read_text()
+    )

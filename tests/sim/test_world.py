@@ -258,3 +258,10 @@ def test_rollout_steps_span_first_queue_to_last_turn_end():
     turns = [rec(s, k, t0, t1, t1 if k == 2 else None) for s, (t0, t1) in enumerate([(0.0, 5.0), (5.0, 12.0)]) for k in range(3)]  # fmt: skip
     got = [(d["step"], d["rollout_makespan_s"], d["trajectories"]) for d in rollout_steps(turns)]
     assert got == [(0, 5.0, 3), (1, 7.0, 3)]
+    # the world's span of a step (batch start to its last trajectory done) wins, and the
+    # engine's prediction at its start rides along
+    docs = rollout_steps(turns, {1: (4.0, 12.5)}, {1: 8.0})
+    assert [(d["rollout_makespan_s"], d["predicted_makespan_s"]) for d in docs] == [
+        (5.0, None),
+        (8.5, 8.0),
+    ]
