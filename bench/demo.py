@@ -56,7 +56,7 @@ def main() -> None:
         f"| wall time of the run after the cluster is up | {s['wall_s']:.0f} s |",
         f"| training steps | {s['steps']} |",
         f"| mean reward, first fifth of steps -> last fifth | {s['reward_first_fifth']:.3f} -> {s['reward_last_fifth']:.3f} |",
-        f"| preemption events / expansions | {ev.get('preemption', 0)} / {ev.get('expansion', 0)} |",
+        f"| preemption events / expansions (groups of preemptible GPUs admitted) | {ev.get('preemption', 0)} / {ev.get('expansion', 0)} |",
         f"| borrows / returns (late returns) | {ev.get('borrow', 0)} / {ev.get('return', 0)} ({s.get('late_returns', 0)}) |",
         f"| PD reconfigurations | {ev.get('pd_reconfig', 0)} |",
         f"| interrupted / resumed requests | {ev.get('interrupt', 0)} / {ev.get('resume', 0)} |",
