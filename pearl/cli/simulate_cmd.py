@@ -267,4 +267,12 @@ def register(app: typer.Typer) -> None:
         else:
             show(doc)
             if out is not None:
-                console.print(f"outputs written to {where}")
+                from pearl.sim.telemetry_out import safe_name
+
+                dirs = ", ".join(safe_name(p) for p in doc["policies"])
+                console.print(
+                    f"outputs written to {where}: a run directory per policy ({dirs}), "
+                    "each with its report.md; `pearl report` rebuilds one",
+                    highlight=False,
+                    soft_wrap=True,
+                )
