@@ -29,7 +29,6 @@ from pearl.control.book import TrajectoryBook, TrajState
 from pearl.control.context import ControlContext
 from pearl.control.elastic import ControllerError, ElasticScheduler, Group
 from pearl.control.invariants import check_invariants
-from pearl.control.makespan import predict
 from pearl.control.notes import ControlNote
 from pearl.control.plan import PDConfig, config_of
 from pearl.control.policies import borrow_budget, get_policy
@@ -166,17 +165,11 @@ class Controller:
         return self.ctx.decisions
 
     def predicted_batch_makespan_s(self) -> float | None:
-        """The decision engine's makespan for one rollout batch on the active config, from
-        what telemetry taught it so far; None for a policy without an engine (the
-        baselines), before any worker is active, or where the config is infeasible. Both
+        """The advisor's makespan for one rollout batch on the active config (None before
+        any worker is active, or from an advisor without a model: the baselines'). Both
         worlds record it as a step's `predicted_makespan_s` when the batch starts."""
-        profile = getattr(self.ctx.advisor, "profile", None)
         config = config_of(self.ctx.state, (Status.ACTIVE,))
-        if profile is None or config is None:
-            return None
-        batch = self.num_groups * self.group_size
-        p = predict(config, profile, batch, num_gpus_per_worker=self.ctx.gpus_per_worker)
-        return p.makespan_s if p.feasible else None
+        return None if config is None else self.ctx.advisor.predicted_makespan_s(config)
 
     # -- the one entry point ---------------------------------------------------------------
     def handle(self, event: Any) -> list[cmd.Command]:

@@ -38,13 +38,15 @@ RECLAIM_VERBS = ("reclaim", "GPUs gone")
 
 
 def last_decision(
-    notes: Sequence[ControlNote], verbs: tuple[str, ...], until_s: float = math.inf
+    notes: Sequence[ControlNote], verbs: tuple[str, ...] | None, until_s: float = math.inf
 ) -> ControlNote | None:
-    """The last decision at or before `until_s` whose text starts with one of `verbs`: the
-    reason a run event gives for itself. (Its start, not anywhere in it: a borrow's reason
-    says "activation + return 9.8 s".)"""
+    """The last decision at or before `until_s` whose text starts with one of `verbs` (any
+    decision for None): the reason a run event gives for itself. (Its start, not anywhere in
+    it: a borrow's reason says "activation + return 9.8 s".)"""
     for n in reversed(notes):
-        if n.kind == "decision" and n.t_s <= until_s and n.text.startswith(verbs):
+        if n.kind != "decision" or n.t_s > until_s:
+            continue
+        if verbs is None or n.text.startswith(verbs):
             return n
     return None
 
@@ -55,11 +57,18 @@ def change_reason(
     """The decision behind a change of the cluster seen at `t_s` (a PD reconfiguration):
     of the decisions taken then, the last that named a target config ("... -> config"),
     else the last of them (e.g. a reclaim's); with none taken then, the last one before
-    that named a target. `tolerance_s`: a written note's time is rounded to the ms."""
-    now = [n for n in notes if n.kind == "decision" and abs(n.t_s - t_s) <= tolerance_s]
-    if now:
-        return next((n for n in reversed(now) if "->" in n.text), now[-1])
-    for n in reversed(notes):
-        if n.kind == "decision" and n.t_s <= t_s + tolerance_s and "->" in n.text:
+    that named a target. `tolerance_s`: a written note's time is rounded to the ms. `notes`
+    are in time order, as the controller keeps them."""
+    then: list[ControlNote] = []  # the decisions at t_s, latest first
+    for n in reversed(notes):  # in time order: stop at the first one before t_s
+        if n.kind != "decision" or n.t_s > t_s + tolerance_s:
+            continue
+        if n.t_s >= t_s - tolerance_s:
+            then.append(n)
+        elif then:
+            break
+        elif "->" in n.text:
             return n
+    if then:
+        return next((n for n in then if "->" in n.text), then[0])
     return None

@@ -308,8 +308,9 @@ class RunDriver:
                 group_id=c.group_id,
             )
 
-    def _last_decision(self, verbs: tuple[str, ...]) -> str:
-        """The last decision starting with one of `verbs`, as "t=...: text" ("" if none)."""
+    def _last_decision(self, verbs: tuple[str, ...] | None) -> str:
+        """The last decision starting with one of `verbs` (any for None), as "t=...: text"
+        ("" if none)."""
         n = last_decision(self.controller.notes, verbs)
         return "" if n is None else str(n)
 
@@ -358,7 +359,7 @@ class RunDriver:
             trajectories_done=done,
             batch_size=self.cfg.rollout.batch_size,
             gpus_by_zone_role=by,
-            last_decision=self.controller.decisions[-1] if self.controller.decisions else "",
+            last_decision=self._last_decision(None),
             events=self.events_log[-5:],
         )
 

@@ -26,8 +26,9 @@ that true:
   every later turn of the trajectory then ran on the route before the one the controller
   had chosen, and its last route closed an episode already over.) In the simulator the
   question does not arise: an interrupted worker's requests are reported on that worker,
-  which the new route does not use, and a request a new route supersedes is withdrawn
-  without a word (`pearl.sim.rollout`).
+  which the new route does not use (the controller takes them as confirmations,
+  `TrajectoryBook.interruption_counted`), and a request a new route supersedes is
+  withdrawn without a word (`pearl.sim.rollout`).
 """
 
 from __future__ import annotations

@@ -42,6 +42,10 @@ class Advisor(Protocol):
     def observe(self, time_s: float, turns: Sequence[Any], worker_steps: Sequence[Any]) -> None:
         """Telemetry of a finished rollout step."""
 
+    def predicted_makespan_s(self, config: PDConfig) -> float | None:
+        """One rollout batch's makespan on `config` as the advisor predicts it now; None
+        where it has no model (or `config` is infeasible)."""
+
     def choose(self, num_workers: int, current: PDConfig | None) -> PDConfig:
         """The config for a new budget of `num_workers` (a forced re-decision)."""
 

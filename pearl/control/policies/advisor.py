@@ -55,6 +55,9 @@ class HeuristicAdvisor:
     def observe(self, time_s: float, turns: Sequence[Any], worker_steps: Sequence[Any]) -> None:
         return None
 
+    def predicted_makespan_s(self, config: PDConfig) -> float | None:
+        return None  # no model of the makespan
+
     def choose(self, num_workers: int, current: PDConfig | None) -> PDConfig:
         return self._shape(num_workers, current)
 

@@ -57,11 +57,14 @@ class EngineAdvisor:
     def profile(self) -> WorkloadProfile:
         return self.tracker.profile
 
-    def _makespan_s(self, config: PDConfig | None) -> float:
-        if config is None:
-            return float("inf")
+    def predicted_makespan_s(self, config: PDConfig) -> float | None:
         p = predict(config, self.profile, self.batch_size, num_gpus_per_worker=self.gpus_per_worker)
-        return p.makespan_s if p.feasible else float("inf")
+        return p.makespan_s if p.feasible else None
+
+    def _makespan_s(self, config: PDConfig | None) -> float:
+        """The gates' makespan: infinite where there is no config or it is infeasible."""
+        m = None if config is None else self.predicted_makespan_s(config)
+        return float("inf") if m is None else m
 
     def observe(self, time_s: float, turns: Sequence[Any], worker_steps: Sequence[Any]) -> None:
         if not (turns or worker_steps):
