@@ -13,7 +13,6 @@ trains), records everything in the run directory and checkpoints after every ste
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 from pathlib import Path
@@ -21,13 +20,12 @@ from typing import Any
 
 from pearl.control import commands as cmd
 from pearl.control import events as ev
-from pearl.control.notes import change_reason, last_decision
-from pearl.control.plan import pd_reconfiguration
-from pearl.control.state import ClusterState, Gpu, Zone
+from pearl.control.state import Gpu, Zone
 from pearl.runtime.control_setup import build_controller, configured_policy
 from pearl.runtime.lending import TrainingLending
 from pearl.runtime.pipeline import TrainingPipeline, checkpoint_dir, load_checkpoint
 from pearl.runtime.run_config import RunConfig, dump_run_config
+from pearl.runtime.run_log import RunLog
 from pearl.runtime.snapshots import REGISTRY_NAME as REGISTRY
 from pearl.runtime.trace_player import TracePlayer, load_node_actions
 from pearl.runtime.trainer.grpo_trainer import GrpoConfig
@@ -36,7 +34,6 @@ from pearl.runtime.wall_clock import WallClock
 from pearl.world.dispatch import Dispatcher
 from pearl.world.loop import drive
 
-log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0  # how long cancelled tasks get to clean up before Ray stops
 
 
@@ -56,8 +53,9 @@ def run(
 
 class RunDriver:
     """One run: the controller, the `RayWorld` it commands, and the driver's own components,
-    the `TrainingPipeline` (batches to the trainer) and the `TracePlayer` (the availability
-    trace on the local cluster), built in `_run` once Ray is up."""
+    the `TrainingPipeline` (batches to the trainer), the `TracePlayer` (the availability
+    trace on the local cluster), built in `_run` once Ray is up, and the `RunLog` (what the
+    run directory records as the run goes)."""
 
     def __init__(
         self, cfg: RunConfig, out_dir: Path, *, resume: bool, live: bool, config_dir: Path | None
@@ -73,9 +71,6 @@ class RunDriver:
         self.training_gpus = tuple(
             Gpu(f"t{i}", Zone.OVERLAP, "training") for i in range(cfg.cluster.num_training_gpus)
         )
-        self.events_log: list[str] = []
-        self._last_state: ClusterState | None = None
-        self._num_notes = 0  # the controller's notes already in decisions.jsonl
 
     # -- clock and events -----------------------------------------------------------------
     def now(self) -> float:
@@ -83,22 +78,6 @@ class RunDriver:
 
     def emit(self, event: Any) -> None:
         self.queue.put_nowait(event)
-
-    def record(self, kind: str, payload: Any) -> None:
-        if kind in ("interrupt", "resume", "park", "activation", "warm_up", "init_abandoned"):
-            self.recorder.record_event(
-                self.now(),
-                kind,
-                payload.get("reason", kind) if isinstance(payload, dict) else str(payload),
-                **(payload if isinstance(payload, dict) else {}),
-            )
-        elif kind == "error":
-            log.warning("runtime error: %s", payload)
-            self.recorder.record_event(self.now(), "error", str(payload))
-
-    def note(self, kind: str, reason: str, **detail: Any) -> None:
-        self.recorder.record_event(self.now(), kind, reason, **detail)
-        self.events_log.append(f"{self.now():6.1f}s {kind}: {reason}")
 
     # -- set-up ---------------------------------------------------------------------------
     async def main(self) -> dict[str, Any]:
@@ -113,6 +92,7 @@ class RunDriver:
             ModelConfig.from_json_file(Path(cfg.model.checkpoint_dir) / "config.json")
         ckpt = load_checkpoint(self.out_dir) if self.resume else None
         self.recorder = RunRecorder(self.out_dir, dump_run_config(cfg), resume=self.resume)
+        self.run_log = RunLog(self.recorder, self.now)
         self._start_ray()
         try:
             return await self._run(ckpt)
@@ -173,7 +153,7 @@ class RunDriver:
             step_metrics = list(ckpt["step_metrics"])
             expected_rollout_s = float(ckpt["expected_rollout_s"])
             self.time_offset_s = float(ckpt["time_s"])
-            self.note(
+            self.run_log.note(
                 "resume",
                 f"run resumed from its checkpoint after step {trained_steps} (version {version})",
             )
@@ -197,15 +177,15 @@ class RunDriver:
             spec,
             emit=self.emit,
             now=self.now,
-            on_record=self.record,
+            on_record=self.run_log.record,
             training_slots=tuple(g.gpu_id for g in self.training_gpus),
             training=lambda pool: TrainingLending(
                 trainer=trainer,
                 slots=pool,
                 emit=self.emit,
                 now=self.now,
-                note=self.note,
-                last_decision=self._last_decision,
+                note=self.run_log.note,
+                last_decision=self.run_log.last_decision,
                 on_returned=lambda: self.pipeline.maybe_train(),
             ),
         )
@@ -221,6 +201,7 @@ class RunDriver:
         self.controller, self.switch_costs = build_controller(
             cfg, policy, model_cfg, self.training_gpus, version
         )
+        self.run_log.attach(self.controller)
         # the step the simulator's driver repeats too: event -> controller -> commands -> world
         self.dispatcher = Dispatcher(
             self.world,
@@ -251,12 +232,11 @@ class RunDriver:
         if due:
             assert self.cluster is not None  # a trace plays only on a local cluster
             self.player = TracePlayer(
-                due, cluster=self.cluster, emit=self.emit, now=self.now, note=self.note
+                due, cluster=self.cluster, emit=self.emit, now=self.now, note=self.run_log.note
             )
         pump = asyncio.get_running_loop().create_task(self.world.trajectories.pump_env())
         self.t0 = time.monotonic()  # the run's clock starts when the cluster is up
-        self._last_state = self.controller.state
-        self.recorder.record_state(self.now(), self._last_state)
+        self.run_log.start()
         self.emit(ev.Started(self.now()))
         self.pipeline.offer_training_idle()
         with LiveView(enabled=self.live_enabled) as self.live:
@@ -287,59 +267,15 @@ class RunDriver:
         before = self.controller.state
         self.dispatcher.handle(event)
         after = self.controller.state
-        self._record_changes(before, after)
+        self.run_log.after_event(before, after)
         if isinstance(event, ev.TrajectoryDone):
             self.pipeline.on_trajectory_done(event)
 
     def _before_execute(self, c: Any) -> None:
-        """The driver's own bookkeeping of a command, just before the world executes it:
-        decisions.jsonl gets the notes that led to it, then the command (but a Route), on
-        the controller's clock as the notes are."""
-        self._record_notes()
-        if not isinstance(c, cmd.Route):
-            self.recorder.record_command(self.controller.now_s, c)
+        """The driver's own bookkeeping of a command, just before the world executes it."""
+        self.run_log.before_command(c)
         if isinstance(c, cmd.StartRolloutBatch):
             self.pipeline.on_batch_started(c.step)
-        if isinstance(c, cmd.AdmitGroup) and c.is_expansion:
-            self.note(
-                "expansion",
-                self._last_decision((f"admit {c.group_id} ",)) or f"group {c.group_id} admitted",
-                workers=list(c.worker_ids),
-                group_id=c.group_id,
-            )
-
-    def _last_decision(self, verbs: tuple[str, ...] | None) -> str:
-        """The last decision starting with one of `verbs` (any for None), as "t=...: text"
-        ("" if none)."""
-        n = last_decision(self.controller.notes, verbs)
-        return "" if n is None else str(n)
-
-    def _record_notes(self) -> None:
-        notes = self.controller.notes
-        for n in notes[self._num_notes :]:
-            self.recorder.record_note(n)
-        self._num_notes = len(notes)
-
-    def _record_changes(self, before: ClusterState, after: ClusterState) -> None:
-        """Record what one event changed: the controller's notes, the state, a PD switch."""
-        self._record_notes()
-        if after != self._last_state:
-            self.recorder.record_state(self.now(), after)
-            self._last_state = after
-        change = pd_reconfiguration(before, after)
-        if change is not None:
-            c0, c1 = change
-            t = self.controller.now_s
-            engine_log = getattr(self.controller.advisor, "log", ())
-            decided = [x for x in reversed(engine_log) if x.startswith("decide")]
-            last = next((x for x in decided if f": {c1} (" in x), decided[0] if decided else None)
-            why = f"; decision engine: {last}" if last else ""
-            self.note(
-                "pd_reconfig",
-                f"{c0} -> {c1}: {change_reason(self.controller.notes, t) or ''}{why}",
-                before=str(c0),
-                after=str(c1),
-            )
 
     # -- live view and the end -------------------------------------------------------------------
     def _refresh_live(self) -> None:
@@ -359,8 +295,8 @@ class RunDriver:
             trajectories_done=done,
             batch_size=self.cfg.rollout.batch_size,
             gpus_by_zone_role=by,
-            last_decision=self._last_decision(None),
-            events=self.events_log[-5:],
+            last_decision=self.run_log.last_decision(None),
+            events=self.run_log.recent[-5:],
         )
 
     def _finish(self) -> dict[str, Any]:

@@ -384,19 +384,3 @@ def test_splits_only_on_a_one_worker_pool_run_colocated() -> None:
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["policies"]["pearl"]["trajectories"] > 0
-
-
-def test_a_card_the_calibration_does_not_pin_is_named_on_stderr() -> None:
-    """Simulating on an H20 (whose one published run is ~2x slower than the world) says so
-    on stderr, leaving --json's one document on stdout; a pinned card says nothing."""
-    args = ["simulate", *SMALL, "--policies", "fixed:colocated", "--json"]
-    res = runner.invoke(app, [*args, "--gpu", "h20"])
-    assert res.exit_code == 0, res.output
-    assert "h20: not calibrated" in res.stderr and "twice as long" in res.stderr
-    json.loads(res.stdout)
-    res = runner.invoke(app, args)
-    assert res.exit_code == 0 and "not calibrated" not in res.stderr
-    from pearl.specs import get_gpu
-
-    assert not get_gpu("h100-sxm").unpinned and not get_gpu("a100-80g").unpinned
-    assert get_gpu("h200").unpinned and get_gpu("h800").unpinned
