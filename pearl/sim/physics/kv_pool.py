@@ -1,9 +1,10 @@
 """A simulated worker's KV memory: the tokens allocated to its running requests and the idle
 prefixes of its prefix cache, within the pool's capacity.
 
-The worker's batching core (`pearl.sim.physics.batching`) decides what to allocate, admit
-and preempt; the pool keeps the account and evicts idle prefixes (least recently used, each
-from its tail) when room is needed.
+The worker's admission rule (`pearl.sim.physics.kv_admission`) and batching core
+(`pearl.sim.physics.batching`) decide what to allocate, admit and preempt; the pool keeps
+the account and evicts idle prefixes (least recently used, each from its tail) when room
+is needed.
 """
 
 from __future__ import annotations
