@@ -66,6 +66,21 @@ def _config_lines(cfg: dict[str, Any]) -> list[str]:
     return [f"- {k}: {v}" for k, v in known if v is not None]
 
 
+# What a summary figure counts, where a section below counts something else by a like name
+_SUMMARY_NOTES = {
+    "reconfigurations": (
+        "expand and borrow count workers started, on preemptible GPUs after the start and "
+        "on training GPUs; return counts hand-backs to training, reclaim the reclaims that "
+        "hit a worker (the events below count groups and decisions)"
+    ),
+}
+
+
+def _summary_line(k: str, v: Any) -> str:
+    note = _SUMMARY_NOTES.get(k)
+    return f"- {k}: {_summary_value(v)}" + (f"; {note}" if note else "")
+
+
 def _summary_value(v: Any) -> str:
     if isinstance(v, dict):
         flat = ", ".join(
@@ -211,7 +226,7 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
     lines += _config_lines(run.config) or ["- (no config.yaml)"]
     shown = {k: v for k, v in run.summary.items() if isinstance(v, str | int | float | bool | dict)}
     if shown:
-        lines += ["", "## Summary", ""] + [f"- {k}: {_summary_value(v)}" for k, v in shown.items()]
+        lines += ["", "## Summary", ""] + [_summary_line(k, v) for k, v in shown.items()]
     lines += ["", "## Steps", ""]
     lines += _step_table(run.steps) if run.steps else ["No steps recorded."]
     mp = m["makespan_prediction"]
@@ -230,8 +245,9 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
     else:
         lines += [
             f"- preemptions: {counts['preemption']}",
-            f"- expansions: {counts['expansion']}",
-            f"- borrows / returns: {counts['borrow']} / {counts['return']}",
+            f"- expansions (groups of workers admitted on preemptible GPUs): {counts['expansion']}",
+            f"- borrows / returns (hand-overs of training GPUs): "
+            f"{counts['borrow']} / {counts['return']}",
             f"- PD reconfigurations: {counts['pd_reconfig']}",
             f"- worker failures: {counts['worker_failed']}",
             f"- interrupted / resumed requests: {counts['interrupt']} / {counts['resume']}",

@@ -43,7 +43,11 @@ def test_simulate_out_writes_telemetry_decisions_summary_config(tmp_path: Path) 
     run = load_run(pol)
     assert run.states and run.steps and run.summary["policy"] == "fixed:colocated"
     assert all(s["rollout_makespan_s"] > 0 and s["trajectories"] == 8 for s in run.steps)
-    assert "## Makespan prediction" in (pol / "report.md").read_text()
+    report = (pol / "report.md").read_text()
+    assert "## Makespan prediction" in report
+    # the summary's worker counts say what they count, beside the events' groups and decisions
+    line = next(ln for ln in report.splitlines() if ln.startswith("- reconfigurations: "))
+    assert "expand=0" in line and "expand and borrow count workers started" in line
     # Writing again into the same --out replaces the earlier simulation's folders.
     res = runner.invoke(
         app, ["simulate", *SMALL, "--policies", "fixed:colocated", "--out", str(out), "--json"]

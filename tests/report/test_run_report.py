@@ -80,8 +80,10 @@ def test_report_has_config_steps_counts_reasons_error_and_plots(tmp_path):
         row = next(ln for ln in text.splitlines() if ln.startswith(f"| {step} |"))
         assert f"{reward:.3f}" in row and f"{meas:.2f}" in row and f"{pred:.2f}" in row
         assert f"{n / meas:.2f}" in row
-    assert "- preemptions: 1" in text and "- expansions: 1" in text
-    assert "- borrows / returns: 1 / 1" in text and "- PD reconfigurations: 1" in text
+    assert "- preemptions: 1" in text
+    assert "- expansions (groups of workers admitted on preemptible GPUs): 1" in text
+    assert "- borrows / returns (hand-overs of training GPUs): 1 / 1" in text
+    assert "- PD reconfigurations: 1" in text
     assert "- interrupted / resumed requests: 1 / 1" in text and "- other: offer=1" in text
     for _, kind, reason, _ in EVENTS:
         if kind in ("interrupt", "resume"):
