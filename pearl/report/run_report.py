@@ -235,7 +235,10 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
         lines.append(
             f"Median relative error of predicted vs measured rollout makespan: "
             f"{mp['median_abs_rel_error']:.1%} over {mp['num_steps']} step(s) "
-            f"(median signed error {mp['median_rel_error']:+.1%})."
+            f"(median signed error {mp['median_rel_error']:+.1%}). The decision engine "
+            f"predicts a batch alone on the configuration active at its start; a step that "
+            f"shares the GPUs with the batch before it (staleness) or gains or loses workers "
+            f"while it runs can differ by more (docs/simulator.md)."
         )
     else:
         lines.append("No step has both a predicted and a measured makespan.")

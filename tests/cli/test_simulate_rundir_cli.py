@@ -110,6 +110,6 @@ def test_simulated_events_read_as_pearl_run_writes_them(tmp_path: Path) -> None:
     steps = [json.loads(x) for x in (out / "pearl" / "steps.jsonl").read_text().splitlines()]
     predicted = [d for d in steps if d["predicted_makespan_s"] is not None]
     assert predicted and all(d["predicted_makespan_s"] > 0 for d in predicted)
-    assert "Median relative error of predicted vs measured" in (
-        (out / "pearl" / "report.md").read_text()
-    )
+    report = (out / "pearl" / "report.md").read_text()
+    assert "Median relative error of predicted vs measured" in report
+    assert "predicts a batch alone on the configuration active at its start" in report
