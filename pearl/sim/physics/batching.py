@@ -183,7 +183,7 @@ class BatchingCore:
         self._prefilling.clear()
         self._decoding.clear()
         self._decode_starts.clear()
-        self._mem.kv.active_tokens = 0
+        self._mem.kv.release_all()
         return held
 
     def abort(self, traj_id: int, now_s: float) -> Seq | None:

@@ -38,6 +38,10 @@ class KvPool:
     def release(self, tokens: int) -> None:
         self.active_tokens -= tokens
 
+    def release_all(self) -> None:
+        """Every running request is gone (aborted); idle prefixes stay."""
+        self.active_tokens = 0
+
     def make_room(self, need_tokens: int) -> bool:
         """Free `need_tokens` by evicting idle prefixes; True if the room exists."""
         free = self.free_tokens
