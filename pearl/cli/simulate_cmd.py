@@ -106,9 +106,10 @@ def _print_reconfigurations(policies: dict[str, Any]) -> None:
         if counts:
             lines.append(f"  {name}: {counts}")
     if lines:
+        from pearl.report.rundir import RECONFIGURATIONS_MEANING
+
         console.print(
-            "reconfigurations (workers started on preemptible GPUs after the start / on "
-            "training GPUs, hand-backs to training, reclaims that hit a worker):",
+            f"reconfigurations ({RECONFIGURATIONS_MEANING}):",
             highlight=False,
             soft_wrap=True,
         )

@@ -21,6 +21,7 @@ from pearl.report.run_data import (
     run_metrics,
     throughput,
 )
+from pearl.report.rundir import RECONFIGURATIONS_MEANING
 from pearl.report.timeline import plot_series, plot_timeline, segments
 
 __all__ = ["build_report", "load_run", "render_markdown", "run_metrics"]
@@ -66,19 +67,11 @@ def _config_lines(cfg: dict[str, Any]) -> list[str]:
     return [f"- {k}: {v}" for k, v in known if v is not None]
 
 
-# What a summary figure counts, where a section below counts something else by a like name
-_SUMMARY_NOTES = {
-    "reconfigurations": (
-        "expand and borrow count workers started, on preemptible GPUs after the start and "
-        "on training GPUs; return counts hand-backs to training, reclaim the reclaims that "
-        "hit a worker (the events below count groups and decisions)"
-    ),
-}
-
-
 def _summary_line(k: str, v: Any) -> str:
-    note = _SUMMARY_NOTES.get(k)
-    return f"- {k}: {_summary_value(v)}" + (f"; {note}" if note else "")
+    line = f"- {k}: {_summary_value(v)}"
+    if k == "reconfigurations":  # a like name to the events' counts below, another unit
+        line += f"; {RECONFIGURATIONS_MEANING} (the events below count groups and decisions)"
+    return line
 
 
 def _summary_value(v: Any) -> str:
