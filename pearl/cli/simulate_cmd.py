@@ -106,7 +106,7 @@ def _print_reconfigurations(policies: dict[str, Any]) -> None:
         if counts:
             lines.append(f"  {name}: {counts}")
     if lines:
-        from pearl.report.rundir import RECONFIGURATIONS_MEANING
+        from pearl.report.run_data import RECONFIGURATIONS_MEANING
 
         console.print(
             f"reconfigurations ({RECONFIGURATIONS_MEANING}):",

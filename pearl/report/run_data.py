@@ -24,6 +24,13 @@ from pearl.control.state import ClusterState, StateError
 RECONFIG_KINDS = ("preemption", "expansion", "borrow", "return", "pd_reconfig", "worker_failed")
 # Event kinds that happen per request: only counted.
 COUNTED_ONLY = ("interrupt", "resume")
+# What a simulated run summary's "reconfigurations" counts (`pearl.sim.telemetry_out`), said
+# wherever they are shown beside events.jsonl's counts of groups and decisions.
+RECONFIGURATIONS_MEANING = (
+    "expand and borrow count workers started, on preemptible GPUs after the start and on "
+    "training GPUs; return counts hand-backs to training, reclaim the reclaims that hit a "
+    "worker"
+)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any
 from pearl.report.run_data import (
     COUNTED_ONLY,
     RECONFIG_KINDS,
+    RECONFIGURATIONS_MEANING,
     RunData,
     load_run,
     num,
@@ -21,7 +22,6 @@ from pearl.report.run_data import (
     run_metrics,
     throughput,
 )
-from pearl.report.rundir import RECONFIGURATIONS_MEANING
 from pearl.report.timeline import plot_series, plot_timeline, segments
 
 __all__ = ["build_report", "load_run", "render_markdown", "run_metrics"]

@@ -62,15 +62,6 @@ EVENT_KINDS = (
 )
 
 
-# What a simulated run summary's "reconfigurations" counts (`pearl.sim.telemetry_out`), said
-# wherever they are shown beside events.jsonl's counts of groups and decisions.
-RECONFIGURATIONS_MEANING = (
-    "expand and borrow count workers started, on preemptible GPUs after the start and on "
-    "training GPUs; return counts hand-backs to training, reclaim the reclaims that hit a "
-    "worker"
-)
-
-
 def command_doc(t_s: float, c: cmd.Command) -> dict[str, Any]:
     """A decisions.jsonl line for a command the controller emitted at `t_s`."""
     return {"t_s": round(float(t_s), 3), "kind": "command", **cmd.to_doc(c)}

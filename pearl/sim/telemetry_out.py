@@ -185,7 +185,7 @@ def rollout_steps(
 
 
 # -- run summaries and decision logs ---------------------------------------------------------
-# what each counts: pearl.report.rundir.RECONFIGURATIONS_MEANING
+# what each counts: pearl.report.run_data.RECONFIGURATIONS_MEANING
 _RECONF_KEYS = ("expand", "borrow", "return", "reclaim", "role_change", "init_failed")
 
 
