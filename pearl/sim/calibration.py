@@ -11,8 +11,10 @@ Two checks, both computed by the same physics the simulator runs (`InferenceWork
    colocated workers with a router, measuring the share of processed tokens that are
    prefill, the share of busy time due to prefill, the prefix-cache hit rate and the
    makespan. Target for Qwen3-30B-A3B: prefill ~97% of tokens in ~26% of busy time. It
-   needs most of each turn's context to be prefilled again, which here comes from routing
-   (`router="least_loaded"` ignores where a prefix lives) and KV pressure (eviction).
+   needs most of each turn's context to be prefilled again, which comes from what the
+   agent re-sends (`WorkloadSpec.prefix_reuse`), routing (`router="least_loaded"` ignores
+   where a prefix lives; "sticky" binds a trajectory to one worker, as ROLL does) and KV
+   pressure (eviction).
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ class BatchMix:
     num_iterations: int  # model iterations they stand for
     decode_step_tokens: int  # tokens produced by decode iterations (first tokens excluded)
     num_transfers: int  # KV transfers prefill -> decode (disaggregated only)
+    num_moved_turns: int  # turns sent to another (prefill or colocated) worker than the last
+    homes: tuple[int, ...]  # router "sticky": trajectories bound to each front worker
 
 
 def colocated_mix(**kwargs: object) -> BatchMix:
@@ -132,8 +136,12 @@ def batch_mix(
     `num_prefill` is 0, else `num_prefill` prefill-only and the rest decode-only workers,
     with the KV moved between them (`kv_transfer_time_s`, across nodes unless `same_node`).
 
-    router "sticky": a turn goes back to the (prefill or colocated) worker holding its
-    prefix if one does, else to the least loaded; "least_loaded": always the worker with
+    router "sticky" routes as ROLL's environment-affine router and the controller's
+    (`pearl.control.router`) do for `roll` and the `fixed:*` policies: a trajectory's first
+    turn goes to the (prefill or colocated) worker with the fewest live trajectories bound
+    to it (then the fewest requests in flight, then the lowest index), and every later turn
+    goes back to that worker, whether or not its prefix is still cached there (an evicted
+    prefix is prefilled again in place). "least_loaded": every turn goes to the worker with
     the fewest requests in flight (ties to the lowest index), wherever the prefix lives.
     Decode workers are always chosen least loaded. `params`: the hardware knobs (default
     `HardwareParams()`, vLLM's 0.90 memory share).
@@ -163,6 +171,10 @@ def batch_mix(
         seq += 1
     heapq.heapify(heap)
     next_turn = [0] * batch
+    home = [-1] * batch  # sticky: the front worker a trajectory is bound to
+    residents = [0] * num_workers  # sticky: live trajectories bound to each worker
+    last = [-1] * batch  # the front worker of each trajectory's previous turn
+    num_moved = 0
     wake = [float("inf")] * num_workers
     end_s = 0.0
 
@@ -197,6 +209,8 @@ def batch_mix(
                     seq += 1
                 else:
                     end_s = max(end_s, c.t_end_s + turn.env_s)
+                    if home[c.traj_id] >= 0:
+                        residents[home[c.traj_id]] -= 1
             arm(ident)
             continue
         tr = trajs[ident]
@@ -214,11 +228,15 @@ def batch_mix(
                 reusable_prefix_tokens=turn.reusable_prefix_tokens,
             )
         else:
-            held = [workers[j].holds_prefix(ident) for j in front] if router == "sticky" else [0]
-            if max(held) > 0:
-                i = front[held.index(max(held))]  # the worker with the longest cached prefix
+            if router == "sticky":
+                if home[ident] < 0:
+                    home[ident] = min(front, key=lambda j: (residents[j], workers[j].num_in_flight))
+                    residents[home[ident]] += 1
+                i = home[ident]
             else:
                 i = min(front, key=lambda j: workers[j].num_in_flight)
+            num_moved += last[ident] >= 0 and last[ident] != i
+            last[ident] = i
             req = Request(
                 ident,
                 k,
@@ -249,6 +267,8 @@ def batch_mix(
         num_iterations=sum(w.stats.num_iterations for w in workers),
         decode_step_tokens=decode_tok,
         num_transfers=num_transfers,
+        num_moved_turns=num_moved,
+        homes=tuple(sum(h == j for h in home) for j in front) if router == "sticky" else (),
     )
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pearl.errors import InputError
-from pearl.sim.calibration import colocated_mix, critical_path
+from pearl.sim.calibration import batch_mix, colocated_mix, critical_path
 from pearl.sim.physics.iteration import WorkerHardware
 from pearl.sim.trajectories import TrajectorySampler
 from pearl.specs import get_gpu, get_model
@@ -134,11 +134,25 @@ def test_prefix_aware_routing_raises_the_hit_rate():
     assert rerendered.prefill_token_share > 0.95  # paper §3.2: 96.68% of tokens
 
 
+@pytest.mark.parametrize("num_prefill", [0, 3])
+def test_sticky_router_binds_each_trajectory_to_one_balanced_worker(num_prefill):
+    """ROLL's environment-affine routing: the first turn goes where fewest trajectories are
+    bound, every later turn goes back there even after KV pressure evicted its prefix
+    (Qwen3-30B-A3B's ~137K KV tokens a GPU); the prefix-blind router moves turns."""
+    kw = dict(model="qwen3-30b-a3b", num_workers=8, batch=64, seed=1, num_prefill=num_prefill)
+    sticky = batch_mix(router="sticky", **kw)
+    assert sticky.num_moved_turns == 0
+    assert sum(sticky.homes) == 64 and max(sticky.homes) - min(sticky.homes) <= 1
+    assert len(sticky.homes) == (num_prefill or 8)
+    if num_prefill == 0:
+        assert sticky.num_evictions > 0  # the prefixes it keeps going back to were evicted
+    blind = batch_mix(router="least_loaded", **kw)
+    assert blind.num_moved_turns > 0 and blind.homes == ()
+
+
 def test_disaggregated_batch_runs_every_turn_through_prefill_then_decode_workers():
     """P prefill + D decode workers: all turns complete; prefill workers never decode and
     decode workers only prefill to recompute after a preemption."""
-    from pearl.sim.calibration import batch_mix
-
     m = batch_mix(model="qwen3-8b", num_workers=4, num_prefill=1, batch=16, seed=2)
     co = batch_mix(model="qwen3-8b", num_workers=4, num_prefill=0, batch=16, seed=2)
     turns = [t for tr in TrajectorySampler(WorkloadSpec(), 2).batch(16) for t in tr.turns]
