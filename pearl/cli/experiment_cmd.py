@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,44 @@ from pearl.cli.output import console, err_console, guarded, output_dir, print_js
 from pearl.errors import InputError, from_validation
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
+
+
+def _elapsed(started: float) -> str:
+    s = int(time.monotonic() - started)
+    return f"{s // 60}:{s % 60:02d}"
+
+
+class _SettingBars:
+    """Progress of an experiment: live bars for the runs of the setting now simulated
+    (labels "<setting> | <run>", `pearl.sim.policy_run.tagged`), and one line per setting
+    done, which stays on screen and is all a non-terminal (a CI log) shows."""
+
+    def __init__(self, bar: Progress, started: float, sep: str) -> None:
+        self.bar = bar
+        self.sep = sep
+        self.started = started
+        self.setting: str | None = None
+        self.tasks: dict[str, Any] = {}
+
+    def update(self, label: str, done: float, total: float) -> None:
+        setting, _, run = label.rpartition(self.sep)
+        if setting != self.setting:
+            self.finish()
+            self.setting = setting
+        if run not in self.tasks:
+            self.tasks[run] = self.bar.add_task(f"{setting}: {run}" if setting else run)
+        self.bar.update(self.tasks[run], completed=min(done, total), total=total)
+
+    def finish(self) -> None:
+        """The current setting is done: its bars go, its line stays."""
+        for task in self.tasks.values():
+            self.bar.remove_task(task)
+        self.tasks.clear()
+        if self.setting is not None:
+            self.bar.console.print(
+                f"[{_elapsed(self.started)}] done: {self.setting or 'runs'}", highlight=False
+            )
+        self.setting = None
 
 
 def register(app: typer.Typer) -> None:
@@ -51,7 +90,10 @@ def register(app: typer.Typer) -> None:
         """Run one of the paper's experiments in the simulator; print a markdown table."""
         from pydantic import ValidationError
 
+        from pearl.sim import run_store
         from pearl.sim.experiments import EXPERIMENTS, models_run, quick_kwargs
+        from pearl.sim.policy_run import SETTING_SEP
+        from pearl.sim.run_store import RunStore
 
         if name not in EXPERIMENTS:
             raise InputError(
@@ -83,6 +125,16 @@ def register(app: typer.Typer) -> None:
                     field=base.field,
                 ) from None
         output_dir(out)
+        store = None if out is None else RunStore(out / "runs")
+        if store is not None and len(store):
+            err_console.print(
+                f"{store.root}: {len(store)} stored simulation(s) from an earlier run; those "
+                "of this config and code are read back, not simulated again (delete the "
+                "folder to simulate everything)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        started = time.monotonic()
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -90,14 +142,26 @@ def register(app: typer.Typer) -> None:
             console=err_console,
             transient=True,
         ) as bar:
-            tasks: dict[str, Any] = {}
-
-            def on_progress(label: str, done: float, total: float) -> None:
-                if label not in tasks:
-                    tasks[label] = bar.add_task(label, total=total)
-                bar.update(tasks[label], completed=min(done, total), total=total)
-
-            result = EXPERIMENTS[name](cfg, progress=on_progress, **kwargs)
+            shown = _SettingBars(bar, started, SETTING_SEP)
+            try:
+                with run_store.use(store):
+                    result = EXPERIMENTS[name](cfg, progress=shown.update, **kwargs)
+            except KeyboardInterrupt:
+                bar.stop()
+                if store is None:
+                    kept = "nothing written (with --out DIR a rerun goes on from what is done)"
+                else:
+                    kept = (
+                        f"the {store.num_written} setting(s) simulated in this run are kept in "
+                        f"{store.root}: run the same command again to go on from them"
+                    )
+                err_console.print(
+                    f"interrupted after {_elapsed(started)}; {kept}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                raise typer.Exit(code=130) from None
+            shown.finish()
         files: list[str] = []
         if out is not None:
             from pearl.sim.config import dump_config

@@ -207,6 +207,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate policies on a GPU-availability trace and compare their throughput."""
         from pearl.sim.compare import default_jobs, run_simulation
+        from pearl.sim.policy_run import SETTING_SEP
 
         cfg = _build_config(
             config,
@@ -238,24 +239,34 @@ def register(app: typer.Typer) -> None:
             prefix = [""]
 
             def on_progress(name: str, now_s: float, total_s: float) -> None:
-                label = prefix[0] + name
+                # one setting a seed: the label's setting part says nothing the table won't
+                label = prefix[0] + name.rpartition(SETTING_SEP)[2]
                 if label not in tasks:
                     tasks[label] = progress.add_task(label, total=total_s)
                 progress.update(tasks[label], completed=min(now_s, total_s))
 
             results = []
-            for s in seed_list or [None]:
-                run_cfg = cfg if s is None else cfg.with_updates(seed=s)
-                prefix[0] = "" if s is None else f"seed {s}: "
-                res = run_simulation(
-                    run_cfg,
-                    progress=on_progress,
-                    with_bound=not no_bound,
-                    jobs=jobs or default_jobs(),
-                )
-                if out is not None:
-                    res.write(out if s is None else out / f"seed-{s}")
-                results.append(res)
+            written: list[str] = []
+            try:
+                for s in seed_list or [None]:
+                    run_cfg = cfg if s is None else cfg.with_updates(seed=s)
+                    prefix[0] = "" if s is None else f"seed {s}: "
+                    res = run_simulation(
+                        run_cfg,
+                        progress=on_progress,
+                        with_bound=not no_bound,
+                        jobs=jobs or default_jobs(),
+                    )
+                    if out is not None:
+                        where_s = out if s is None else out / f"seed-{s}"
+                        res.write(where_s)
+                        written.append(str(where_s))
+                    results.append(res)
+            except KeyboardInterrupt:
+                progress.stop()
+                done = f"; the finished seeds are written: {', '.join(written)}" if written else ""
+                err_console.print(f"interrupted{done}", highlight=False, soft_wrap=True)
+                raise typer.Exit(code=130) from None
         if seed_list is None:
             doc, show, where = results[0].to_json(), _print_table, f"{out}"
         else:

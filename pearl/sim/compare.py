@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pearl.control.telemetry_jsonl import TelemetryMeta
+from pearl.sim import run_store
 from pearl.sim.bound import (
     RATE_CACHE,
     Bound,
@@ -25,7 +26,7 @@ from pearl.sim.bound import (
     static_rate,
 )
 from pearl.sim.config import SimConfig, dump_config
-from pearl.sim.policy_run import PolicyRun, Progress, run_policy, trace_actions
+from pearl.sim.policy_run import PolicyRun, Progress, run_policy, tagged, trace_actions
 from pearl.sim.telemetry_out import rounded, safe_name, write_run_dir
 
 
@@ -120,7 +121,39 @@ def run_simulation(
     With `jobs > 1` the independent runs (one per policy, and the bound's static runs) go
     to that many worker processes; results are identical to `jobs=1` (each run is a pure
     function of its config and seed), only progress is reported per finished run.
+
+    With a run store active (`pearl.sim.run_store.use`), a setting it already holds is read
+    back instead of simulated, and a finished one is added to it.
     """
+    progress = tagged(progress, setting_label(cfg))
+    store = run_store.active()
+    if store is not None:
+        kept = store.get(cfg, with_bound=with_bound)
+        if kept is not None:
+            if progress is not None:
+                for p in cfg.policies:
+                    progress(f"{p} (stored)", 1.0, 1.0)
+            return kept
+    result = _simulate(cfg, progress=progress, with_bound=with_bound, jobs=jobs)
+    if store is not None:
+        store.put(result, with_bound=with_bound)
+    return result
+
+
+def setting_label(cfg: SimConfig) -> str:
+    """What distinguishes one `run_simulation` call's setting, for progress labels."""
+    t = cfg.trace
+    trace = f"static:{t.static_gpus}" if t.static_gpus is not None else Path(str(t.trace)).name
+    r = cfg.rollout
+    return (
+        f"{cfg.cluster.model} {trace} batch {r.batch_size} "
+        f"len {r.max_context_tokens // 1024}K seed {cfg.seed}"
+    )
+
+
+def _simulate(
+    cfg: SimConfig, *, progress: Progress | None, with_bound: bool, jobs: int
+) -> SimulationResult:
     actions, duration, name = trace_actions(cfg)
     plan = bound_plan(cfg, actions, duration) if with_bound else []
     plan = [t for t in plan if rate_key(cfg, *t) not in RATE_CACHE]

@@ -31,6 +31,17 @@ from pearl.sim.world import SimWorld
 from pearl.world.dispatch import DispatchLog
 
 Progress = Callable[[str, float, float], None]
+SETTING_SEP = " | "  # a progress label "<setting> | <run>" (`tagged`)
+
+
+def tagged(progress: Progress | None, setting: str) -> Progress | None:
+    """`progress` with each label prefixed by `setting` and `SETTING_SEP`, so runs of the
+    same policy in different settings (an experiment's rows) report apart."""
+    if progress is None:
+        return None
+    return lambda label, done, total: progress(f"{setting}{SETTING_SEP}{label}", done, total)
+
+
 STATIC_DURATION_S = 7200.0
 
 

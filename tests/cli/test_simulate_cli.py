@@ -384,3 +384,54 @@ def test_splits_only_on_a_one_worker_pool_run_colocated() -> None:
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["policies"]["pearl"]["trajectories"] > 0
+
+
+def test_an_interrupted_experiment_keeps_its_settings_for_a_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C in `pearl experiment --out DIR`: exit 130 and a line saying what is kept;
+    the same command again reads the finished settings back instead of simulating them."""
+    from pearl.sim import compare
+    from pearl.sim.compare import run_simulation
+    from pearl.sim.experiments import EXPERIMENTS
+    from pearl.sim.experiments.result import ExperimentResult
+
+    calls: list[str] = []
+
+    def two_settings(cfg, *, progress=None):  # an experiment of two settings
+        rows = []
+        for seed in (0, 1):
+            c = cfg.with_updates(
+                seed=seed,
+                **{"trace.static_gpus": 2, "trace.duration_s": 300.0, "policies": ["pearl"]},
+            )
+            res = run_simulation(c, progress=progress, with_bound=False)
+            rows.append({"seed": seed, "traj/h": res.runs[0].summary["trajs_per_hour"]})
+            if not calls:
+                calls.append("interrupted")
+                raise KeyboardInterrupt
+        return ExperimentResult("e2e", "two settings", ["seed", "traj/h"], rows)
+
+    monkeypatch.setitem(EXPERIMENTS, "e2e", two_settings)
+    out = tmp_path / "out"
+    args = ["experiment", "e2e", "--batch", "8", "--out", str(out)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 130, res.output
+    assert "interrupted after" in res.stderr and "1 setting(s) simulated" in res.stderr
+    assert "run the same command again" in res.stderr
+    assert len(list((out / "runs").glob("*.pkl"))) == 1
+
+    simulated: list[int] = []
+    real = compare._simulate
+
+    def counted(cfg, **kwargs):
+        simulated.append(cfg.seed)
+        return real(cfg, **kwargs)
+
+    monkeypatch.setattr(compare, "_simulate", counted)
+    again = runner.invoke(app, [*args, "--json"])
+    assert again.exit_code == 0, again.output
+    assert simulated == [1]  # seed 0 was read back
+    assert "1 stored simulation(s)" in again.stderr
+    assert [r["seed"] for r in json.loads(again.stdout)["rows"]] == [0, 1]
+    assert "done: qwen3-8b static:2 batch 8 len 32K seed 0" in again.stderr

@@ -3,9 +3,10 @@ then borrowing idle training GPUs without and with PEARL's cost gate."""
 
 from __future__ import annotations
 
+from pearl.sim.compare import default_jobs, run_simulation
 from pearl.sim.config import SimConfig
 from pearl.sim.experiments.result import BarPlot, ExperimentResult
-from pearl.sim.policy_run import Progress, run_policy
+from pearl.sim.policy_run import Progress
 
 BUDGETS = (4, 8, 12, 16)
 
@@ -29,17 +30,26 @@ def run(
     timeline = None
     for n in budgets:
         static = cfg.with_updates(
-            **{"trace.static_gpus": n, "trace.duration_s": duration_s, "trace.borrowing": False}
+            **{
+                "trace.static_gpus": n,
+                "trace.duration_s": duration_s,
+                "trace.borrowing": False,
+                "policies": ["fixed:colocated", *_splits(n)],
+            }
         )
-        col = run_policy(static, "fixed:colocated", progress=progress).summary["trajs_per_hour"]
+        runs = run_simulation(static, progress=progress, with_bound=False, jobs=default_jobs())
+        by_name = {r.name: r.summary["trajs_per_hour"] for r in runs.runs}
+        col = by_name.pop("fixed:colocated")
         best_name, best = "-", 0.0
-        for name in _splits(n):
-            v = run_policy(static, name, progress=progress).summary["trajs_per_hour"]
-            if v > best:
-                best_name, best = name.removeprefix("fixed:"), v
-        borrow = static.with_updates(**{"trace.borrowing": True})
-        ungated = run_policy(borrow, "pearl-ungated", progress=progress)
-        gated = run_policy(borrow, "pearl", progress=progress)
+        for name in _splits(n):  # the first of equals, in the splits' order
+            if by_name[name] > best:
+                best_name, best = name.removeprefix("fixed:"), by_name[name]
+        borrow = static.with_updates(
+            **{"trace.borrowing": True, "policies": ["pearl-ungated", "pearl"]}
+        )
+        ungated, gated = run_simulation(
+            borrow, progress=progress, with_bound=False, jobs=default_jobs()
+        ).runs
         rows.append(
             {
                 "GPUs": n,

@@ -1,0 +1,122 @@
+"""Finished simulations kept on disk, so an interrupted experiment loses nothing already done.
+
+`pearl experiment NAME --out DIR` keeps every finished `run_simulation` result (one setting:
+its policies and its bound) in `DIR/runs/`. Run the same command again and each setting
+already there is read back instead of simulated; only the rest runs.
+
+A result is found again only under the same key: the whole config (`dump_config`), whether
+the bound was asked for, and a fingerprint of the `pearl` package's source (but for the
+command line). Changing any of them (another seed, a `--set`, an edited
+module of the simulator or the controller) simulates afresh, so a stored result never
+stands for code or settings it was not made with. An unreadable entry (a file cut
+short by a kill) is reported on stderr, ignored and overwritten.
+
+The store in use is a context variable (`use(store)`), set by the command line around the
+experiment; with none set, `run_simulation` simulates every time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import pickle
+import sys
+from collections.abc import Iterator
+from contextvars import ContextVar
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pearl.sim.config import SimConfig, dump_config
+
+if TYPE_CHECKING:
+    from pearl.sim.compare import SimulationResult
+
+_FORMAT = 1  # bump when what is stored changes shape
+
+
+_PRESENTATION = ("cli",)  # only shows results (the reports are in: runs hold their docs)
+
+
+@cache
+def code_fingerprint() -> str:
+    """A hash of the `pearl` package's Python source (each file's path and content), but
+    for the command line, which cannot change a simulation's result."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] in _PRESENTATION:
+            continue
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+class RunStore:
+    """Results of `run_simulation`, one pickle a setting, under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.num_read = 0
+        self.num_written = 0
+
+    def key(self, cfg: SimConfig, *, with_bound: bool) -> str:
+        h = hashlib.sha256()
+        for part in (str(_FORMAT), code_fingerprint(), dump_config(cfg), str(with_bound)):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()[:32]
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.pkl"
+
+    def __len__(self) -> int:
+        return len(list(self.root.glob("*.pkl"))) if self.root.is_dir() else 0
+
+    def get(self, cfg: SimConfig, *, with_bound: bool) -> SimulationResult | None:
+        path = self.path(self.key(cfg, with_bound=with_bound))
+        if not path.is_file():
+            return None
+        try:
+            with path.open("rb") as f:
+                result: SimulationResult = pickle.load(f)
+        except Exception as err:  # a file cut short or written by another version
+            print(
+                f"warning: {path}: unreadable stored simulation ({type(err).__name__}); "
+                "simulating it again",
+                file=sys.stderr,
+            )
+            return None
+        self.num_read += 1
+        return result
+
+    def put(self, result: SimulationResult, *, with_bound: bool) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.path(self.key(result.cfg, with_bound=with_bound))
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        slim = dataclasses.replace(result, runs=[r.slim() for r in result.runs])
+        with tmp.open("wb") as f:
+            pickle.dump(slim, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)  # whole or absent, never half written
+        self.num_written += 1
+
+
+_ACTIVE: ContextVar[RunStore | None] = ContextVar("pearl_run_store", default=None)
+
+
+def active() -> RunStore | None:
+    """The store `run_simulation` reads and writes now, if any."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def use(store: RunStore | None) -> Iterator[RunStore | None]:
+    """Make `store` the active one inside the block (None: none)."""
+    token = _ACTIVE.set(store)
+    try:
+        yield store
+    finally:
+        _ACTIVE.reset(token)

@@ -1,0 +1,78 @@
+"""Finished simulations kept on disk (`pearl.sim.run_store`): found again only under the
+same config and code, read back instead of simulated, and a damaged entry simulated again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pearl.sim import compare, run_store
+from pearl.sim.compare import run_simulation
+from pearl.sim.config import SimConfig
+from pearl.sim.run_store import RunStore
+
+SMALL = {
+    "trace.static_gpus": 2,
+    "trace.duration_s": 300.0,
+    "rollout.batch_size": 8,
+    "policies": ["fixed:colocated", "pearl"],
+}
+
+
+def _cfg(**more: object) -> SimConfig:
+    return SimConfig().with_updates(**SMALL, **more)
+
+
+def test_the_key_is_the_config_and_whether_the_bound_is_asked(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    a = store.key(_cfg(), with_bound=False)
+    assert a == store.key(_cfg(), with_bound=False)
+    assert a != store.key(_cfg(), with_bound=True)
+    assert a != store.key(_cfg(seed=1), with_bound=False)
+    assert a != store.key(_cfg(**{"engine.max_num_seqs": 64}), with_bound=False)
+
+
+def test_a_stored_setting_is_read_back_not_simulated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RunStore(tmp_path / "runs")
+    cfg = _cfg()
+    with run_store.use(store):
+        first = run_simulation(cfg, with_bound=False)
+    assert store.num_written == 1 and len(store) == 1
+
+    def no_simulation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("simulated a stored setting again")
+
+    monkeypatch.setattr(compare, "_simulate", no_simulation)
+    seen: list[str] = []
+    with run_store.use(RunStore(tmp_path / "runs")) as again:
+        kept = run_simulation(cfg, with_bound=False, progress=lambda s, d, t: seen.append(s))
+    assert again is not None and again.num_read == 1
+    assert kept.to_json() == first.to_json()
+    assert len(seen) == 2 and all("(stored)" in s for s in seen)
+    # another setting is not in the store; outside `use` nothing is read
+    with pytest.raises(AssertionError, match="simulated a stored setting again"):
+        with run_store.use(store):
+            run_simulation(_cfg(seed=1), with_bound=False)
+    with pytest.raises(AssertionError):
+        run_simulation(cfg, with_bound=False)
+    assert run_store.active() is None
+
+
+def test_a_damaged_entry_is_reported_and_simulated_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = RunStore(tmp_path)
+    cfg = _cfg()
+    with run_store.use(store):
+        first = run_simulation(cfg, with_bound=False)
+    path = store.path(store.key(cfg, with_bound=False))
+    path.write_bytes(path.read_bytes()[:100])  # damaged (writes are atomic; a copy may not be)
+    with run_store.use(store):
+        again = run_simulation(cfg, with_bound=False)
+    err = capsys.readouterr().err
+    assert str(path) in err and "simulating it again" in err
+    assert again.to_json() == first.to_json()
+    assert store.get(cfg, with_bound=False) is not None  # overwritten whole
