@@ -61,7 +61,10 @@ class SimulationResult:
     def write(self, out_dir: Path) -> list[Path]:
         """Per policy: <out>/<policy>/, a run directory in the format `pearl run` writes
         (`pearl.report.rundir`: states, decisions, events, telemetry, steps, metrics.json,
-        report.md); plus <out>/summary.json (all policies) and <out>/config.yaml."""
+        report.md); plus <out>/summary.json (all policies) and <out>/config.yaml.
+        A result read back from a run store has no telemetry to write: ValueError."""
+        if self.extra.get(run_store.TELEMETRY_DROPPED):
+            raise ValueError("a stored simulation keeps no telemetry: simulate it to write it")
         out_dir.mkdir(parents=True, exist_ok=True)
         paths: list[Path] = []
         meta = TelemetryMeta(

@@ -11,6 +11,12 @@ module of the simulator or the controller) simulates afresh, so a stored result 
 stands for code or settings it was not made with. An unreadable entry (a file cut
 short by a kill) is reported on stderr, ignored and overwritten.
 
+What is kept is what an experiment reads back: each run's summary, decisions, state
+history and step times, and the bound; not its per-turn and per-step telemetry (about 80%
+of a run's size, and what `pearl simulate --out` writes into run directories), so a stored
+result cannot write run directories (`SimulationResult.write` refuses). Each entry is a
+zlib-compressed pickle, written whole or not at all.
+
 The store in use is a context variable (`use(store)`), set by the command line around the
 experiment; with none set, `run_simulation` simulates every time.
 """
@@ -23,6 +29,7 @@ import hashlib
 import os
 import pickle
 import sys
+import zlib
 from collections.abc import Iterator
 from contextvars import ContextVar
 from functools import cache
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
     from pearl.sim.compare import SimulationResult
 
 _FORMAT = 1  # bump when what is stored changes shape
+TELEMETRY_DROPPED = "telemetry_dropped"  # `SimulationResult.extra` key of a stored result
 
 
 _PRESENTATION = ("cli",)  # only shows results (the reports are in: runs hold their docs)
@@ -81,8 +89,7 @@ class RunStore:
         if not path.is_file():
             return None
         try:
-            with path.open("rb") as f:
-                result: SimulationResult = pickle.load(f)
+            result: SimulationResult = pickle.loads(zlib.decompress(path.read_bytes()))
         except Exception as err:  # a file cut short or written by another version
             print(
                 f"warning: {path}: unreadable stored simulation ({type(err).__name__}); "
@@ -97,9 +104,16 @@ class RunStore:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(self.key(result.cfg, with_bound=with_bound))
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        slim = dataclasses.replace(result, runs=[r.slim() for r in result.runs])
-        with tmp.open("wb") as f:
-            pickle.dump(slim, f, protocol=pickle.HIGHEST_PROTOCOL)
+        lean = dataclasses.replace(
+            result,
+            runs=[
+                dataclasses.replace(r.slim(), turns=[], worker_steps=[], request_events=[])
+                for r in result.runs
+            ],
+            extra={**result.extra, TELEMETRY_DROPPED: True},
+        )
+        data = zlib.compress(pickle.dumps(lean, protocol=pickle.HIGHEST_PROTOCOL), 1)
+        tmp.write_bytes(data)
         os.replace(tmp, path)  # whole or absent, never half written
         self.num_written += 1
 

@@ -51,7 +51,12 @@ def test_a_stored_setting_is_read_back_not_simulated(
         kept = run_simulation(cfg, with_bound=False, progress=lambda s, d, t: seen.append(s))
     assert again is not None and again.num_read == 1
     assert kept.to_json() == first.to_json()
+    assert [r.log.history for r in kept.runs] == [r.log.history for r in first.runs]
     assert len(seen) == 2 and all("(stored)" in s for s in seen)
+    # per-turn telemetry is not kept, so a stored result cannot pass for a run directory
+    assert first.runs[0].turns and not kept.runs[0].turns
+    with pytest.raises(ValueError, match="keeps no telemetry"):
+        kept.write(tmp_path / "out")
     # another setting is not in the store; outside `use` nothing is read
     with pytest.raises(AssertionError, match="simulated a stored setting again"):
         with run_store.use(store):
