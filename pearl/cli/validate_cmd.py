@@ -70,20 +70,32 @@ def register(app: typer.Typer) -> None:
             transient=True,
         ) as bar:
             task: dict[str, Any] = {}
+            where = {"done": 0.0, "total": 0.0}
 
             def on_progress(name: str, done: float, total: float) -> None:
                 if "id" not in task:
                     task["id"] = bar.add_task(name, total=total)
                 bar.update(task["id"], completed=done)
+                where.update(done=done, total=total)
 
-            result = run_validation(
-                cfg,
-                budgets=_ints(budgets, "--budgets"),
-                batches=_ints(batches, "--batches"),
-                num_steps=steps,
-                profile_steps=profile_steps,
-                progress=on_progress,
-            )
+            try:
+                result = run_validation(
+                    cfg,
+                    budgets=_ints(budgets, "--budgets"),
+                    batches=_ints(batches, "--batches"),
+                    num_steps=steps,
+                    profile_steps=profile_steps,
+                    progress=on_progress,
+                )
+            except KeyboardInterrupt:
+                bar.stop()
+                err_console.print(
+                    f"interrupted after {where['done']:.0f} of {where['total']:.0f} grid "
+                    "points; nothing written (a smaller --budgets/--batches grid runs sooner)",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                raise typer.Exit(code=130) from None
         doc: dict[str, Any] = result.to_json()
         if as_json:
             print_json(doc)

@@ -435,3 +435,17 @@ def test_an_interrupted_experiment_keeps_its_settings_for_a_rerun(
     assert "1 stored simulation(s)" in again.stderr
     assert [r["seed"] for r in json.loads(again.stdout)["rows"]] == [0, 1]
     assert "done: qwen3-8b static:2 batch 8 len 32K seed 0" in again.stderr
+
+
+def test_an_interrupted_validate_says_how_far_it_got(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in `pearl validate`: exit 130 and one line with the grid points done."""
+    import pearl.sim.validate as validate_mod
+
+    def stopped(cfg, *, progress=None, **kwargs):
+        progress("grid", 3, 10)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(validate_mod, "validate", stopped)
+    res = runner.invoke(app, ["validate", "--budgets", "4", "--batches", "8"])
+    assert res.exit_code == 130, res.output
+    assert "interrupted after 3 of 10 grid points" in res.stderr
