@@ -5,11 +5,11 @@ its policies and its bound) in `DIR/runs/`. Run the same command again and each 
 already there is read back instead of simulated; only the rest runs.
 
 A result is found again only under the same key: the whole config (`dump_config`), whether
-the bound was asked for, and a fingerprint of the `pearl` package's source (but for the
-command line). Changing any of them (another seed, a `--set`, an edited
-module of the simulator or the controller) simulates afresh, so a stored result never
-stands for code or settings it was not made with. An unreadable entry (a file cut
-short by a kill) is reported on stderr, ignored and overwritten.
+the bound was asked for, the package's version and a fingerprint of its source (but for
+the command line). Changing any of them (another seed, a `--set`, an edited module of the
+simulator or the controller) simulates afresh, so a stored result never stands for code or
+settings it was not made with. An unreadable entry (damaged after it was written: entries
+are written whole or not at all) is reported on stderr, simulated again and overwritten.
 
 What is kept is what an experiment reads back: each run's summary, decisions, state
 history and step times, and the bound; not its per-turn and per-step telemetry (about 80%
@@ -36,6 +36,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pearl import __version__
 from pearl.sim.config import SimConfig, dump_config
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ class RunStore:
 
     def key(self, cfg: SimConfig, *, with_bound: bool) -> str:
         h = hashlib.sha256()
-        for part in (str(_FORMAT), code_fingerprint(), dump_config(cfg), str(with_bound)):
+        parts = (str(_FORMAT), __version__, code_fingerprint(), dump_config(cfg), str(with_bound))
+        for part in parts:
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:32]
