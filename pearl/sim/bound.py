@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pearl.sim import run_store
 from pearl.sim.playback import TraceAction, live_gpu_seconds
 from pearl.sim.policy_run import run_policy
 
@@ -162,7 +163,7 @@ def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -
     """
     scfg, name = _static_setting(cfg, num_gpus, policy, duration_s)
     key = rate_key(cfg, num_gpus, policy, duration_s)
-    if key not in RATE_CACHE:
+    if known_rate(key) is None:
         run = run_policy(scfg, name, keep_history=False)
         # Trajectories finished after the first rollout step ended, per second of the rest
         # of the run: the pipeline's start-up (the first makespan) does not dilute it.
@@ -172,8 +173,28 @@ def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -
             after = sum(1 for t in run.traj_done_times_s if t > first)
             rate = max(rate, after / (duration_s - first))
         label = name.removeprefix("fixed:") + (", balanced" if name != policy else "")
-        RATE_CACHE[key] = StaticRate(label, num_gpus, rate)
+        remember_rate(key, StaticRate(label, num_gpus, rate))
     return RATE_CACHE[key]
+
+
+def known_rate(key: str) -> StaticRate | None:
+    """The static rate of `key` (`rate_key`) measured before: in this process, or kept by
+    the active run store (`pearl.sim.run_store`), which then fills `RATE_CACHE`."""
+    if key not in RATE_CACHE:
+        store = run_store.active()
+        kept = None if store is None else store.get_rate(key)
+        if kept is None:
+            return None
+        RATE_CACHE[key] = kept
+    return RATE_CACHE[key]
+
+
+def remember_rate(key: str, rate: StaticRate) -> None:
+    """Keep a measured static rate in `RATE_CACHE` and in the active run store, if any."""
+    RATE_CACHE[key] = rate
+    store = run_store.active()
+    if store is not None:
+        store.put_rate(key, rate)
 
 
 def bound_plan(

@@ -17,12 +17,13 @@ from typing import Any
 from pearl.control.telemetry_jsonl import TelemetryMeta
 from pearl.sim import run_store
 from pearl.sim.bound import (
-    RATE_CACHE,
     Bound,
     StaticRate,
     bound_for,
     bound_plan,
+    known_rate,
     rate_key,
+    remember_rate,
     static_rate,
 )
 from pearl.sim.config import SimConfig, dump_config
@@ -159,7 +160,7 @@ def _simulate(
 ) -> SimulationResult:
     actions, duration, name = trace_actions(cfg)
     plan = bound_plan(cfg, actions, duration) if with_bound else []
-    plan = [t for t in plan if rate_key(cfg, *t) not in RATE_CACHE]
+    plan = [t for t in plan if known_rate(rate_key(cfg, *t)) is None]
     runs: dict[str, PolicyRun] = {}
     if jobs > 1 and len(cfg.policies) + len(plan) > 1:
         ctx = multiprocessing.get_context("fork")
@@ -174,7 +175,7 @@ def _simulate(
                     runs[what] = fut.result()
                 else:
                     key, rate = fut.result()
-                    RATE_CACHE[key] = rate
+                    remember_rate(key, rate)
                 if progress is not None:
                     label = what if kind == "policy" else f"bound: {what[1]} on {what[0]}"
                     progress(label, 1.0, 1.0)

@@ -1,7 +1,8 @@
 """Finished simulations kept on disk, so an interrupted experiment loses nothing already done.
 
 `pearl experiment NAME --out DIR` keeps every finished `run_simulation` result (one setting:
-its policies and its bound) in `DIR/runs/`. Run the same command again and each setting
+its policies and its bound) in `DIR/runs/`, and the rate of every static run behind a bound
+(`pearl.sim.bound.static_rate`). Run the same command again and each setting
 already there is read back instead of simulated; only the rest runs.
 
 A result is found again only under the same key: the whole config (`dump_config`), whether
@@ -34,12 +35,13 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pearl import __version__
 from pearl.sim.config import SimConfig, dump_config
 
 if TYPE_CHECKING:
+    from pearl.sim.bound import StaticRate
     from pearl.sim.compare import SimulationResult
 
 _FORMAT = 1  # bump when what is stored changes shape
@@ -65,47 +67,41 @@ def code_fingerprint() -> str:
 
 
 class RunStore:
-    """Results of `run_simulation`, one pickle a setting, under `root`."""
+    """Results of `run_simulation` (one file a setting) and the static runs' rates behind
+    the bound (`rate-*` files), under `root`."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.num_read = 0
-        self.num_written = 0
+        self.num_written = 0  # settings (rates are not counted)
 
-    def key(self, cfg: SimConfig, *, with_bound: bool) -> str:
+    @staticmethod
+    def _hash(*parts: str) -> str:
         h = hashlib.sha256()
-        parts = (str(_FORMAT), __version__, code_fingerprint(), dump_config(cfg), str(with_bound))
-        for part in parts:
+        for part in (str(_FORMAT), __version__, code_fingerprint(), *parts):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:32]
+
+    def key(self, cfg: SimConfig, *, with_bound: bool) -> str:
+        return self._hash(dump_config(cfg), str(with_bound))
 
     def path(self, key: str) -> Path:
         return self.root / f"{key}.pkl"
 
     def __len__(self) -> int:
-        return len(list(self.root.glob("*.pkl"))) if self.root.is_dir() else 0
+        """Settings kept (of any config or code)."""
+        if not self.root.is_dir():
+            return 0
+        return sum(not p.name.startswith("rate-") for p in self.root.glob("*.pkl"))
 
     def get(self, cfg: SimConfig, *, with_bound: bool) -> SimulationResult | None:
-        path = self.path(self.key(cfg, with_bound=with_bound))
-        if not path.is_file():
-            return None
-        try:
-            result: SimulationResult = pickle.loads(zlib.decompress(path.read_bytes()))
-        except Exception as err:  # a file cut short or written by another version
-            print(
-                f"warning: {path}: unreadable stored simulation ({type(err).__name__}); "
-                "simulating it again",
-                file=sys.stderr,
-            )
-            return None
-        self.num_read += 1
+        result: SimulationResult | None = _read(self.path(self.key(cfg, with_bound=with_bound)))
+        if result is not None:
+            self.num_read += 1
         return result
 
     def put(self, result: SimulationResult, *, with_bound: bool) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.path(self.key(result.cfg, with_bound=with_bound))
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
         lean = dataclasses.replace(
             result,
             runs=[
@@ -114,10 +110,40 @@ class RunStore:
             ],
             extra={**result.extra, TELEMETRY_DROPPED: True},
         )
-        data = zlib.compress(pickle.dumps(lean, protocol=pickle.HIGHEST_PROTOCOL), 1)
-        tmp.write_bytes(data)
-        os.replace(tmp, path)  # whole or absent, never half written
+        _write(self.path(self.key(result.cfg, with_bound=with_bound)), lean)
         self.num_written += 1
+
+    def get_rate(self, rate_key: str) -> StaticRate | None:
+        """A static run's rate (`pearl.sim.bound.static_rate`) kept under its `rate_key`."""
+        rate: StaticRate | None = _read(self.root / f"rate-{self._hash(rate_key)}.pkl")
+        return rate
+
+    def put_rate(self, rate_key: str, rate: StaticRate) -> None:
+        _write(self.root / f"rate-{self._hash(rate_key)}.pkl", rate)
+
+
+def _read(path: Path) -> Any:
+    """What `_write` kept at `path`; None if nothing is there, or if it cannot be read
+    (reported on stderr: the caller simulates it again)."""
+    if not path.is_file():
+        return None
+    try:
+        return pickle.loads(zlib.decompress(path.read_bytes()))
+    except Exception as err:  # damaged after it was written, or another version's
+        print(
+            f"warning: {path}: unreadable stored simulation ({type(err).__name__}); "
+            "simulating it again",
+            file=sys.stderr,
+        )
+        return None
+
+
+def _write(path: Path, obj: object) -> None:
+    """Pickle `obj`, compressed, to `path`: whole or absent, never half written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(zlib.compress(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), 1))
+    os.replace(tmp, path)
 
 
 _ACTIVE: ContextVar[RunStore | None] = ContextVar("pearl_run_store", default=None)

@@ -81,3 +81,29 @@ def test_a_damaged_entry_is_reported_and_simulated_again(
     assert str(path) in err and "simulating it again" in err
     assert again.to_json() == first.to_json()
     assert store.get(cfg, with_bound=False) is not None  # overwritten whole
+
+
+def test_a_static_rate_behind_the_bound_is_kept_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ladder's breakdown and the bound measure static runs (`static_rate`); a rerun
+    reads their rates back instead of running them again."""
+    from pearl.sim import bound
+
+    cfg = _cfg()
+    monkeypatch.setattr(bound, "RATE_CACHE", {})
+    with run_store.use(RunStore(tmp_path)):
+        first = bound.static_rate(cfg, 2, "fixed:colocated", 300.0)
+    assert len(list(tmp_path.glob("rate-*.pkl"))) == 1
+    assert len(RunStore(tmp_path)) == 0  # rates are not counted as settings
+
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ran a static run the store holds")
+
+    monkeypatch.setattr(bound, "RATE_CACHE", {})
+    monkeypatch.setattr(bound, "run_policy", no_run)
+    with run_store.use(RunStore(tmp_path)):
+        assert bound.static_rate(cfg, 2, "fixed:colocated", 300.0) == first
+    monkeypatch.setattr(bound, "RATE_CACHE", {})
+    with pytest.raises(AssertionError, match="ran a static run"):
+        bound.static_rate(cfg, 2, "fixed:colocated", 300.0)  # no store: measured again
