@@ -12,15 +12,10 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pearl.cli import sim_config as opts
-from pearl.cli.output import console, err_console, guarded, output_dir, print_json
+from pearl.cli.output import console, elapsed, err_console, guarded, output_dir, print_json
 from pearl.errors import InputError, from_validation
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
-
-
-def _elapsed(started: float) -> str:
-    s = int(time.monotonic() - started)
-    return f"{s // 60}:{s % 60:02d}"
 
 
 class _SettingBars:
@@ -51,7 +46,7 @@ class _SettingBars:
         self.tasks.clear()
         if self.setting is not None:
             self.bar.console.print(
-                f"[{_elapsed(self.started)}] done: {self.setting or 'runs'}", highlight=False
+                f"[{elapsed(self.started)}] done: {self.setting or 'runs'}", highlight=False
             )
         self.setting = None
 
@@ -156,7 +151,7 @@ def register(app: typer.Typer) -> None:
                         f"{store.root}: run the same command again to go on from them"
                     )
                 err_console.print(
-                    f"interrupted after {_elapsed(started)}; {kept}",
+                    f"interrupted after {elapsed(started)}; {kept}",
                     highlight=False,
                     soft_wrap=True,
                 )

@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,6 +40,12 @@ def guarded(fn: F) -> F:
             raise typer.Exit(code=2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def elapsed(started: float) -> str:
+    """Minutes:seconds since `started` (a `time.monotonic()` reading), for progress lines."""
+    s = int(time.monotonic() - started)
+    return f"{s // 60}:{s % 60:02d}"
 
 
 def print_json(doc: Any) -> None:

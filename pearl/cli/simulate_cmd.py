@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli import sim_config as opts
-from pearl.cli.output import console, err_console, guarded, output_dir, print_json
+from pearl.cli.output import console, elapsed, err_console, guarded, output_dir, print_json
 from pearl.errors import InputError
 
 
@@ -247,6 +248,7 @@ def register(app: typer.Typer) -> None:
 
             results = []
             written: list[str] = []
+            started = time.monotonic()
             try:
                 for s in seed_list or [None]:
                     run_cfg = cfg if s is None else cfg.with_updates(seed=s)
@@ -262,6 +264,10 @@ def register(app: typer.Typer) -> None:
                         res.write(where_s)
                         written.append(str(where_s))
                     results.append(res)
+                    if s is not None:  # a line a seed: all a log that is not a terminal shows
+                        progress.console.print(
+                            f"[{elapsed(started)}] done: seed {s}", highlight=False
+                        )
             except KeyboardInterrupt:
                 progress.stop()
                 done = f"; the finished seeds are written: {', '.join(written)}" if written else ""

@@ -266,6 +266,8 @@ def test_simulate_over_seeds_reports_each_policy_per_seed_and_on_the_means(
     assert 0 <= cmp["seeds_ahead"] <= 2
     assert (tmp_path / "out" / "seed-0" / "summary.json").is_file()
     assert (tmp_path / "out" / "seed-1" / "summary.json").is_file()
+    # a line a seed done on stderr, the progress a log that is not a terminal shows
+    assert "done: seed 0" in res.stderr and "done: seed 1" in res.stderr
 
 
 @pytest.mark.parametrize(
