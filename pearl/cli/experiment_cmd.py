@@ -12,7 +12,15 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pearl.cli import sim_config as opts
-from pearl.cli.output import console, elapsed, err_console, guarded, output_dir, print_json
+from pearl.cli.output import (
+    console,
+    elapsed,
+    err_console,
+    guarded,
+    interrupted,
+    output_dir,
+    print_json,
+)
 from pearl.errors import InputError, from_validation
 
 NAMES = ("e2e", "ablation", "sensitivity", "ratio", "facts", "ladder")
@@ -142,7 +150,6 @@ def register(app: typer.Typer) -> None:
                 with run_store.use(store):
                     result = EXPERIMENTS[name](cfg, progress=shown.update, **kwargs)
             except KeyboardInterrupt:
-                bar.stop()
                 if store is None:
                     kept = "nothing written (with --out DIR a rerun goes on from what is done)"
                 else:
@@ -150,12 +157,7 @@ def register(app: typer.Typer) -> None:
                         f"the {store.num_written} setting(s) simulated in this run are kept in "
                         f"{store.root}: run the same command again to go on from them"
                     )
-                err_console.print(
-                    f"interrupted after {elapsed(started)}; {kept}",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-                raise typer.Exit(code=130) from None
+                interrupted(bar, f" after {elapsed(started)}; {kept}")
             shown.finish()
         files: list[str] = []
         if out is not None:

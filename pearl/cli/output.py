@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -46,6 +46,14 @@ def elapsed(started: float) -> str:
     """Minutes:seconds since `started` (a `time.monotonic()` reading), for progress lines."""
     s = int(time.monotonic() - started)
     return f"{s // 60}:{s % 60:02d}"
+
+
+def interrupted(live: Any, message: str) -> NoReturn:
+    """Ctrl-C during long work: stop the live progress display `live`, say on one line
+    what is kept (`message`, after "interrupted"), and exit with code 130 (128 + SIGINT)."""
+    live.stop()
+    err_console.print(f"interrupted{message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=130)
 
 
 def print_json(doc: Any) -> None:

@@ -11,7 +11,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli import sim_config as opts
-from pearl.cli.output import console, elapsed, err_console, guarded, output_dir, print_json
+from pearl.cli.output import (
+    console,
+    elapsed,
+    err_console,
+    guarded,
+    interrupted,
+    output_dir,
+    print_json,
+)
 from pearl.errors import InputError
 
 
@@ -269,10 +277,8 @@ def register(app: typer.Typer) -> None:
                             f"[{elapsed(started)}] done: seed {s}", highlight=False
                         )
             except KeyboardInterrupt:
-                progress.stop()
                 done = f"; the finished seeds are written: {', '.join(written)}" if written else ""
-                err_console.print(f"interrupted{done}", highlight=False, soft_wrap=True)
-                raise typer.Exit(code=130) from None
+                interrupted(progress, done)
         if seed_list is None:
             doc, show, where = results[0].to_json(), _print_table, f"{out}"
         else:

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli import sim_config as opts
-from pearl.cli.output import console, err_console, guarded, print_json
+from pearl.cli.output import console, err_console, guarded, interrupted, print_json
 from pearl.errors import InputError
 
 
@@ -88,14 +88,11 @@ def register(app: typer.Typer) -> None:
                     progress=on_progress,
                 )
             except KeyboardInterrupt:
-                bar.stop()
-                err_console.print(
-                    f"interrupted after {where['done']:.0f} of {where['total']:.0f} grid "
-                    "points; nothing written (a smaller --budgets/--batches grid runs sooner)",
-                    highlight=False,
-                    soft_wrap=True,
+                interrupted(
+                    bar,
+                    f" after {where['done']:.0f} of {where['total']:.0f} grid points; nothing "
+                    "written (a smaller --budgets/--batches grid runs sooner)",
                 )
-                raise typer.Exit(code=130) from None
         doc: dict[str, Any] = result.to_json()
         if as_json:
             print_json(doc)
