@@ -18,8 +18,10 @@ from pearl.cli.output import (
     err_console,
     guarded,
     interrupted,
+    kept_message,
     output_dir,
     print_json,
+    run_store_at,
 )
 from pearl.errors import InputError, from_validation
 
@@ -96,7 +98,6 @@ def register(app: typer.Typer) -> None:
         from pearl.sim import run_store
         from pearl.sim.experiments import EXPERIMENTS, models_run, quick_kwargs
         from pearl.sim.policy_run import SETTING_SEP
-        from pearl.sim.run_store import RunStore
 
         if name not in EXPERIMENTS:
             raise InputError(
@@ -128,15 +129,7 @@ def register(app: typer.Typer) -> None:
                     field=base.field,
                 ) from None
         output_dir(out)
-        store = None if out is None else RunStore(out / "runs")
-        if store is not None and len(store):
-            err_console.print(
-                f"{store.root}: {len(store)} stored simulation(s) from an earlier run; those "
-                "of this config and code are read back, not simulated again (delete the "
-                "folder to simulate everything)",
-                highlight=False,
-                soft_wrap=True,
-            )
+        store = run_store_at(out)
         started = time.monotonic()
         with Progress(
             TextColumn("{task.description}"),
@@ -150,14 +143,7 @@ def register(app: typer.Typer) -> None:
                 with run_store.use(store):
                     result = EXPERIMENTS[name](cfg, progress=shown.update, **kwargs)
             except KeyboardInterrupt:
-                if store is None:
-                    kept = "nothing written (with --out DIR a rerun goes on from what is done)"
-                else:
-                    kept = (
-                        f"the {store.num_written} setting(s) simulated in this run are kept in "
-                        f"{store.root}: run the same command again to go on from them"
-                    )
-                interrupted(bar, f" after {elapsed(started)}; {kept}")
+                interrupted(bar, f" after {elapsed(started)}; {kept_message(store)}")
             shown.finish()
         files: list[str] = []
         if out is not None:

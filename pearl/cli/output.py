@@ -9,12 +9,15 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 
 from pearl.errors import InputError
+
+if TYPE_CHECKING:
+    from pearl.sim.run_store import RunStore
 
 console = Console()
 err_console = Console(stderr=True)
@@ -87,3 +90,32 @@ def output_dir(path: Path | None, option: str = "--out") -> Path | None:
     if not os.access(path, os.W_OK):
         raise InputError(str(path), "output directory is not writable", field=option)
     return path
+
+
+def run_store_at(out: Path | None) -> RunStore | None:
+    """The run store under `out/runs` (`pearl.sim.run_store`), None without `--out`; say on
+    stderr when it already holds simulations, which a rerun reads back."""
+    if out is None:
+        return None
+    from pearl.sim.run_store import RunStore
+
+    store = RunStore(out / "runs")
+    if len(store):
+        err_console.print(
+            f"{store.root}: {len(store)} stored simulation(s) from an earlier run; those "
+            "of this config and code are read back, not simulated again (delete the "
+            "folder to simulate everything)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return store
+
+
+def kept_message(store: RunStore | None) -> str:
+    """What an interrupted command with a run store (or none) keeps, for `interrupted`."""
+    if store is None:
+        return "nothing written (with --out DIR a rerun goes on from what is done)"
+    return (
+        f"the {store.num_written} simulation(s) finished in this run are kept in "
+        f"{store.root}: run the same command again to go on from them"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,16 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pearl.cli import sim_config as opts
-from pearl.cli.output import console, err_console, guarded, interrupted, print_json
+from pearl.cli.output import (
+    console,
+    err_console,
+    guarded,
+    interrupted,
+    kept_message,
+    output_dir,
+    print_json,
+    run_store_at,
+)
 from pearl.errors import InputError
 
 
@@ -53,14 +63,25 @@ def register(app: typer.Typer) -> None:
             "the budget, the batch and the configuration itself."
         ),
         sets: list[str] = opts.set_option("rollout.workload.prefix_reuse=turn"),
+        out: Path = typer.Option(
+            None,
+            "--out",
+            help="Write validate.json and config.yaml there, and keep each finished grid "
+            "point in DIR/runs: the same command again goes on from them.",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
         show_config: bool = opts.show_config_option(),
     ) -> None:
         """Predicted vs simulated makespan over a grid; is the chosen config the best?"""
+        from pearl.sim import run_store
+        from pearl.sim.config import dump_config
         from pearl.sim.validate import validate as run_validation
 
         updates = opts.given(("cluster.model", model), ("cluster.gpu", gpu), ("seed", seed))
         cfg = opts.build_sim_config(config, updates, sets, show=show_config)
+        grid = {"budgets": _ints(budgets, "--budgets"), "batches": _ints(batches, "--batches")}
+        output_dir(out)
+        store = run_store_at(out)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -79,21 +100,27 @@ def register(app: typer.Typer) -> None:
                 where.update(done=done, total=total)
 
             try:
-                result = run_validation(
-                    cfg,
-                    budgets=_ints(budgets, "--budgets"),
-                    batches=_ints(batches, "--batches"),
-                    num_steps=steps,
-                    profile_steps=profile_steps,
-                    progress=on_progress,
-                )
+                with run_store.use(store):
+                    result = run_validation(
+                        cfg,
+                        num_steps=steps,
+                        profile_steps=profile_steps,
+                        progress=on_progress,
+                        **grid,
+                    )
             except KeyboardInterrupt:
                 interrupted(
                     bar,
-                    f" after {where['done']:.0f} of {where['total']:.0f} grid points; nothing "
-                    "written (a smaller --budgets/--batches grid runs sooner)",
+                    f" after {where['done']:.0f} of {where['total']:.0f} grid points; "
+                    f"{kept_message(store)}",
                 )
         doc: dict[str, Any] = result.to_json()
+        if out is not None:
+            (out / "validate.json").write_text(json.dumps(doc, indent=2) + "\n")
+            (out / "config.yaml").write_text(dump_config(cfg))
+            err_console.print(
+                f"written: {out / 'validate.json'}, {out / 'config.yaml'}", highlight=False
+            )
         if as_json:
             print_json(doc)
             return

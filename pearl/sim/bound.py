@@ -182,7 +182,7 @@ def known_rate(key: str) -> StaticRate | None:
     the active run store (`pearl.sim.run_store`), which then fills `RATE_CACHE`."""
     if key not in RATE_CACHE:
         store = run_store.active()
-        kept = None if store is None else store.get_rate(key)
+        kept = None if store is None else store.get_part("rate", key)
         if kept is None:
             return None
         RATE_CACHE[key] = kept
@@ -194,7 +194,7 @@ def remember_rate(key: str, rate: StaticRate) -> None:
     RATE_CACHE[key] = rate
     store = run_store.active()
     if store is not None:
-        store.put_rate(key, rate)
+        store.put_part("rate", key, rate)
 
 
 def bound_plan(

@@ -1,8 +1,10 @@
 """Finished simulations kept on disk, so an interrupted experiment loses nothing already done.
 
 `pearl experiment NAME --out DIR` keeps every finished `run_simulation` result (one setting:
-its policies and its bound) in `DIR/runs/`, and the rate of every static run behind a bound
-(`pearl.sim.bound.static_rate`). Run the same command again and each setting
+its policies and its bound) in `DIR/runs/`, and smaller parts a setting or a grid is made of
+(`put_part`): the rate of every static run behind a bound (`pearl.sim.bound.static_rate`),
+each grid point's makespans and the learned profile of `pearl.sim.validate` (so `ratio`
+and `pearl validate --out DIR` keep theirs too). Run the same command again and what is
 already there is read back instead of simulated; only the rest runs.
 
 A result is found again only under the same key: the whole config (`dump_config`), whether
@@ -31,18 +33,19 @@ import os
 import pickle
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pearl import __version__
 from pearl.sim.config import SimConfig, dump_config
 
 if TYPE_CHECKING:
-    from pearl.sim.bound import StaticRate
     from pearl.sim.compare import SimulationResult
+
+T = TypeVar("T")
 
 _FORMAT = 1  # bump when what is stored changes shape
 TELEMETRY_DROPPED = "telemetry_dropped"  # `SimulationResult.extra` key of a stored result
@@ -67,13 +70,13 @@ def code_fingerprint() -> str:
 
 
 class RunStore:
-    """Results of `run_simulation` (one file a setting) and the static runs' rates behind
-    the bound (`rate-*` files), under `root`."""
+    """Results of `run_simulation` (one file a setting) and parts of settings or grids
+    (`<kind>-*` files, `put_part`), under `root`."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.num_read = 0
-        self.num_written = 0  # settings (rates are not counted)
+        self.num_read = 0  # settings
+        self.num_written = 0  # settings and parts: simulations finished in this process
 
     @staticmethod
     def _hash(*parts: str) -> str:
@@ -90,10 +93,10 @@ class RunStore:
         return self.root / f"{key}.pkl"
 
     def __len__(self) -> int:
-        """Settings kept (of any config or code)."""
+        """Entries kept, settings and parts (of any config or code)."""
         if not self.root.is_dir():
             return 0
-        return sum(not p.name.startswith("rate-") for p in self.root.glob("*.pkl"))
+        return sum(1 for _ in self.root.glob("*.pkl"))
 
     def get(self, cfg: SimConfig, *, with_bound: bool) -> SimulationResult | None:
         result: SimulationResult | None = _read(self.path(self.key(cfg, with_bound=with_bound)))
@@ -113,13 +116,20 @@ class RunStore:
         _write(self.path(self.key(result.cfg, with_bound=with_bound)), lean)
         self.num_written += 1
 
-    def get_rate(self, rate_key: str) -> StaticRate | None:
-        """A static run's rate (`pearl.sim.bound.static_rate`) kept under its `rate_key`."""
-        rate: StaticRate | None = _read(self.root / f"rate-{self._hash(rate_key)}.pkl")
-        return rate
+    def _part_path(self, kind: str, key: str) -> Path:
+        if not kind.isalpha():
+            raise ValueError(f"a part's kind is a word, not {kind!r}")
+        return self.root / f"{kind}-{self._hash(kind, key)}.pkl"
 
-    def put_rate(self, rate_key: str, rate: StaticRate) -> None:
-        _write(self.root / f"rate-{self._hash(rate_key)}.pkl", rate)
+    def get_part(self, kind: str, key: str) -> Any:
+        """What `put_part` kept under (`kind`, `key`), or None. `key` must say everything
+        the part depends on but the code (a config's `dump_config`, a grid point, ...);
+        `kind` names what it is (`rate`, `makespans`, `profile`)."""
+        return _read(self._part_path(kind, key))
+
+    def put_part(self, kind: str, key: str, obj: object) -> None:
+        _write(self._part_path(kind, key), obj)
+        self.num_written += 1
 
 
 def _read(path: Path) -> Any:
@@ -162,3 +172,17 @@ def use(store: RunStore | None) -> Iterator[RunStore | None]:
         yield store
     finally:
         _ACTIVE.reset(token)
+
+
+def kept_or_made(kind: str, key: str, make: Callable[[], T]) -> T:
+    """The part (`kind`, `key`) from the active store if it holds it; else `make()`, kept
+    there (with no store active, just `make()`)."""
+    store = active()
+    if store is None:
+        return make()
+    found: T | None = store.get_part(kind, key)
+    if found is not None:
+        return found
+    made = make()
+    store.put_part(kind, key, made)
+    return made

@@ -19,6 +19,11 @@
 
 The simulator is the ground truth here; the engine's models are coarser on purpose
 (docs/architecture.md). Nothing here tunes either of them.
+
+With a run store active (`pearl validate --out DIR`, `pearl experiment ratio --out DIR`;
+`pearl.sim.run_store`), the learned profile and each grid point's makespans are kept as
+they finish, and a rerun of the same grid reads them back: an interrupted grid goes on
+where it stopped.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ import numpy as np
 
 from pearl.control.plan import PDConfig
 from pearl.control.profile import WorkloadProfile
-from pearl.sim.config import SimConfig
+from pearl.sim.config import SimConfig, dump_config
 from pearl.sim.policy_run import build, hardware_prior, make_policy
+from pearl.sim.run_store import kept_or_made
 
 Progress = Callable[[str, float, float], None]
 
@@ -186,20 +192,32 @@ def simulate_makespans(
     return list(world.stats.makespans_s), tel
 
 
+def grid_makespans(cfg: SimConfig, config: PDConfig, *, num_steps: int) -> list[float]:
+    """`simulate_makespans`' makespans alone, kept in the active run store
+    (`pearl.sim.run_store`) so an interrupted grid goes on where it stopped."""
+    key = f"{dump_config(cfg)}|{config}|{num_steps}"
+    return kept_or_made(
+        "makespans", key, lambda: simulate_makespans(cfg, config, num_steps=num_steps)[0]
+    )
+
+
 def learn_profile(cfg: SimConfig, *, num_gpus: int = 4, num_steps: int = 2) -> WorkloadProfile:
     """A profile learned by the runtime tracker from simulated telemetry: a colocated run
     on `num_gpus` and a disaggregated one split in half (on 2 GPUs when `num_gpus` is 1,
-    since a split needs a prefill and a decode worker)."""
+    since a split needs a prefill and a decode worker). Kept in the active run store."""
     from pearl.control.tracker import RuntimeTracker
 
-    tracker = RuntimeTracker(hardware_prior(cfg))
-    split = max(2, num_gpus)
-    half = split // 2
-    for config in (PDConfig.colocated(num_gpus), PDConfig.disaggregated(half, split - half)):
-        _, tel = simulate_makespans(cfg, config, num_steps=num_steps)
-        for turns, worker_steps in tel:
-            tracker.observe_step(turns, worker_steps)
-    return tracker.profile
+    def learn() -> WorkloadProfile:
+        tracker = RuntimeTracker(hardware_prior(cfg))
+        split = max(2, num_gpus)
+        half = split // 2
+        for config in (PDConfig.colocated(num_gpus), PDConfig.disaggregated(half, split - half)):
+            _, tel = simulate_makespans(cfg, config, num_steps=num_steps)
+            for turns, worker_steps in tel:
+                tracker.observe_step(turns, worker_steps)
+        return tracker.profile
+
+    return kept_or_made("profile", f"{dump_config(cfg)}|{num_gpus}|{num_steps}", learn)
 
 
 def validate(
@@ -229,7 +247,7 @@ def validate(
         for n in budgets:
             simulated: dict[str, tuple[float, ...]] = {}
             for config in configs_for(n):
-                spans, _ = simulate_makespans(bcfg, config, num_steps=num_steps)
+                spans = grid_makespans(bcfg, config, num_steps=num_steps)
                 done += 1
                 if progress is not None:
                     progress("validate", done, total)

@@ -188,7 +188,7 @@ def test_an_interrupted_experiment_keeps_its_settings_for_a_rerun(
     args = ["experiment", "e2e", "--batch", "8", "--out", str(out)]
     res = runner.invoke(app, args)
     assert res.exit_code == 130, res.output
-    assert "interrupted after" in res.stderr and "1 setting(s) simulated" in res.stderr
+    assert "interrupted after" in res.stderr and "1 simulation(s) finished" in res.stderr
     assert "run the same command again" in res.stderr
     assert len(list((out / "runs").glob("*.pkl"))) == 1
 
@@ -220,3 +220,49 @@ def test_an_interrupted_validate_says_how_far_it_got(monkeypatch: pytest.MonkeyP
     res = runner.invoke(app, ["validate", "--budgets", "4", "--batches", "8"])
     assert res.exit_code == 130, res.output
     assert "interrupted after 3 of 10 grid points" in res.stderr
+
+
+def test_an_interrupted_validate_with_out_goes_on_from_its_finished_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pearl validate --out DIR`, interrupted on its last grid point, keeps the learned
+    profile and the finished point in DIR/runs; the same command again simulates only the
+    point that was cut, and reports what an uninterrupted run does."""
+    import pearl.sim.validate as validate_mod
+
+    tiny = "validate --budgets 2 --batches 8 --steps 1 --profile-steps 1 --json".split()
+    whole = runner.invoke(app, tiny)
+    assert whole.exit_code == 0, whole.output
+
+    real = validate_mod.simulate_makespans
+    calls: list[str] = []
+
+    def cut_on_the_fourth(cfg, config, **kwargs):  # profile x2, then the grid's 2 points
+        calls.append(str(config))
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(cfg, config, **kwargs)
+
+    monkeypatch.setattr(validate_mod, "simulate_makespans", cut_on_the_fourth)
+    out = tmp_path / "v"
+    res = runner.invoke(app, [*tiny, "--out", str(out)])
+    assert res.exit_code == 130, res.output
+    assert "interrupted after 1 of 2 grid points" in res.stderr
+    assert "the 2 simulation(s) finished in this run are kept" in res.stderr
+    assert not (out / "validate.json").exists()
+
+    calls.clear()
+    monkeypatch.setattr(validate_mod, "simulate_makespans", real)
+    counted: list[str] = []
+    monkeypatch.setattr(
+        validate_mod,
+        "simulate_makespans",
+        lambda cfg, config, **kw: counted.append(str(config)) or real(cfg, config, **kw),
+    )
+    again = runner.invoke(app, [*tiny, "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert counted == ["disaggregated:1:1"]  # the profile and colocation were read back
+    assert "2 stored simulation(s)" in again.stderr
+    assert json.loads(again.stdout) == json.loads(whole.stdout)
+    assert json.loads((out / "validate.json").read_text()) == json.loads(whole.stdout)
+    assert (out / "config.yaml").is_file()

@@ -95,7 +95,7 @@ def test_a_static_rate_behind_the_bound_is_kept_too(
     with run_store.use(RunStore(tmp_path)):
         first = bound.static_rate(cfg, 2, "fixed:colocated", 300.0)
     assert len(list(tmp_path.glob("rate-*.pkl"))) == 1
-    assert len(RunStore(tmp_path)) == 0  # rates are not counted as settings
+    assert len(RunStore(tmp_path)) == 1  # a part counts as a stored simulation
 
     def no_run(*args: object, **kwargs: object) -> None:
         raise AssertionError("ran a static run the store holds")
@@ -107,3 +107,28 @@ def test_a_static_rate_behind_the_bound_is_kept_too(
     monkeypatch.setattr(bound, "RATE_CACHE", {})
     with pytest.raises(AssertionError, match="ran a static run"):
         bound.static_rate(cfg, 2, "fixed:colocated", 300.0)  # no store: measured again
+
+
+def test_a_part_is_made_once_a_store_and_kept_apart_by_kind_and_key(tmp_path: Path) -> None:
+    """`kept_or_made`: with no store it makes every time; with one it makes a (kind, key)
+    once, and another kind or key is another part."""
+    made: list[str] = []
+
+    def make(what: str) -> list[str]:
+        made.append(what)
+        return [what]
+
+    assert run_store.kept_or_made("makespans", "k", lambda: make("a")) == ["a"]
+    assert run_store.kept_or_made("makespans", "k", lambda: make("a")) == ["a"]
+    assert made == ["a", "a"]
+    made.clear()
+    with run_store.use(RunStore(tmp_path)) as store:
+        assert run_store.kept_or_made("makespans", "k", lambda: make("a")) == ["a"]
+        assert run_store.kept_or_made("makespans", "k", lambda: make("b")) == ["a"]
+        assert run_store.kept_or_made("profile", "k", lambda: make("c")) == ["c"]
+        assert run_store.kept_or_made("makespans", "k2", lambda: make("d")) == ["d"]
+        assert store is not None and store.num_written == 3
+    assert made == ["a", "c", "d"]
+    assert len(RunStore(tmp_path)) == 3
+    with pytest.raises(ValueError, match="kind is a word"):
+        RunStore(tmp_path).get_part("../x", "k")
