@@ -30,7 +30,9 @@ class ModelSection(_M):
     tiny_overrides: dict[str, Any] = Field(
         default_factory=dict, description="Overrides of the tiny test model's config fields."
     )
-    init_seed: int = Field(0, description="Seed of the random initial weights (no checkpoint).")
+    init_seed: int = Field(
+        0, ge=0, description="Seed of the random initial weights (no checkpoint)."
+    )
 
     @model_validator(mode="after")
     def _tiny_model_builds(self) -> ModelSection:
@@ -201,7 +203,7 @@ class ControllerSection(ControllerKnobs):
 
 
 class RunConfig(_M):
-    seed: int = Field(0, description="Seed of sampling, tasks and chaos.")
+    seed: int = Field(0, ge=0, description="Seed of sampling, tasks and chaos.")
     model: ModelSection = Field(default_factory=ModelSection)
     engine: EngineSection = Field(default_factory=EngineSection)
     env: EnvSection = Field(default_factory=EnvSection)

@@ -241,7 +241,7 @@ class RolloutConfig(RolloutShape):
 class SimConfig(_Model):
     """One simulated run (or several policies on the same world)."""
 
-    seed: int = Field(0, description="Seed of every random draw in the run.")
+    seed: int = Field(0, ge=0, description="Seed of every random draw in the run.")
     check_every: int = Field(
         64,
         ge=0,

@@ -171,6 +171,7 @@ def test_a_bad_workload_override_is_refused_before_anything_runs(
             ["engine.gpu_memory_utilization=0.7", "gpus_per_worker=2 fits"],
         ),
         (["--set", "engine.gpu_memory_utilization=1.5"], ["engine.gpu_memory_utilization"]),
+        (["--seed", "-1"], ["seed", "greater than or equal to 0"]),
         (["--set", "cluster.gpus_per_worker=4"], ["trace.static_gpus", "gpus_per_worker=4"]),
         (["--trace", "seg2"], ["--static-gpus", "--trace", "not both"]),
         (

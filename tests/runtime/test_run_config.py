@@ -59,3 +59,14 @@ def test_bad_tiny_model_overrides_name_the_file_and_the_field(
         load_run_config(path)
     assert err.value.source == str(path) and err.value.field == "model"
     assert needle in str(err.value)
+
+
+def test_a_negative_seed_names_the_file_and_the_field(tmp_path: Path) -> None:
+    """numpy refuses negative seeds deep inside a run; the config refuses them first."""
+    doc = yaml.safe_load(DEMO.read_text())
+    doc["seed"] = -1
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError) as err:
+        load_run_config(path)
+    assert err.value.source == str(path) and err.value.field == "seed"
