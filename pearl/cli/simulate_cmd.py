@@ -19,6 +19,7 @@ from pearl.cli.output import (
     interrupted,
     output_dir,
     print_json,
+    run_store_at,
 )
 from pearl.errors import InputError
 
@@ -148,6 +149,20 @@ def _parse_seeds(raw: str) -> list[int]:
     return seeds
 
 
+def _kept_seed(store: Any, cfg: Any, folder: Path, *, with_bound: bool) -> Any:
+    """A seed's result an earlier `--seeds ... --out` run finished: in the run store (same
+    config and code) and its folder whole (summary.json written, config.yaml this
+    config's); None otherwise, and the seed is simulated again."""
+    from pearl.sim.config import dump_config
+
+    cfg_file = folder / "config.yaml"
+    if not (folder / "summary.json").is_file() or not cfg_file.is_file():
+        return None
+    if cfg_file.read_text() != dump_config(cfg):
+        return None
+    return store.get(cfg, with_bound=with_bound)
+
+
 def _print_seeds_table(doc: dict[str, Any]) -> None:
     seeds = doc["seeds"]
     table = Table(title=f"{doc['setting']}, seeds {', '.join(map(str, seeds))}")
@@ -190,7 +205,8 @@ def register(app: typer.Typer) -> None:
             None,
             "--seeds",
             help="Comma-separated seeds, e.g. 0,1,2,3: one run per seed, and each policy's "
-            "mean, min and max traj/h (replaces --seed; with --out, one folder per seed).",
+            "mean, min and max traj/h (replaces --seed; with --out, one folder per seed, "
+            "and a rerun reads the finished seeds back).",
         ),
         static_gpus: int = typer.Option(
             None, "--static-gpus", help="Constant rollout budget: no trace, no borrowing."
@@ -236,6 +252,8 @@ def register(app: typer.Typer) -> None:
         if seed_list is not None and seed is not None:
             raise InputError("<argument>", "give --seed or --seeds, not both", field="--seeds")
         output_dir(out)
+        # --seeds --out DIR: each finished seed is kept (DIR/runs), and a rerun reads it back
+        store = run_store_at(out) if seed_list is not None else None
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -261,23 +279,33 @@ def register(app: typer.Typer) -> None:
                 for s in seed_list or [None]:
                     run_cfg = cfg if s is None else cfg.with_updates(seed=s)
                     prefix[0] = "" if s is None else f"seed {s}: "
-                    res = run_simulation(
-                        run_cfg,
-                        progress=on_progress,
-                        with_bound=not no_bound,
-                        jobs=jobs or default_jobs(),
-                    )
-                    if out is not None:
-                        where_s = out if s is None else out / f"seed-{s}"
-                        res.write(where_s)
-                        written.append(str(where_s))
+                    where_s = None if out is None else out if s is None else out / f"seed-{s}"
+                    res = None
+                    if store is not None and where_s is not None:
+                        res = _kept_seed(store, run_cfg, where_s, with_bound=not no_bound)
+                    read_back = res is not None
+                    if res is None:
+                        res = run_simulation(
+                            run_cfg,
+                            progress=on_progress,
+                            with_bound=not no_bound,
+                            jobs=jobs or default_jobs(),
+                        )
+                        if where_s is not None:
+                            res.write(where_s)
+                            written.append(str(where_s))
+                        if store is not None:
+                            store.put(res, with_bound=not no_bound)
                     results.append(res)
                     if s is not None:  # a line a seed: all a log that is not a terminal shows
+                        kept = " (read back from an earlier run)" if read_back else ""
                         progress.console.print(
-                            f"[{elapsed(started)}] done: seed {s}", highlight=False
+                            f"[{elapsed(started)}] done: seed {s}{kept}", highlight=False
                         )
             except KeyboardInterrupt:
                 done = f"; the finished seeds are written: {', '.join(written)}" if written else ""
+                if store is not None:
+                    done += " (the same command again goes on from them)"
                 interrupted(progress, done)
         if seed_list is None:
             doc, show, where = results[0].to_json(), _print_table, f"{out}"

@@ -4,8 +4,9 @@
 its policies and its bound) in `DIR/runs/`, and smaller parts a setting or a grid is made of
 (`put_part`): the rate of every static run behind a bound (`pearl.sim.bound.static_rate`),
 each grid point's makespans and the learned profile of `pearl.sim.validate` (so `ratio`
-and `pearl validate --out DIR` keep theirs too). Run the same command again and what is
-already there is read back instead of simulated; only the rest runs.
+and `pearl validate --out DIR` keep theirs too). `pearl simulate --seeds ... --out DIR`
+keeps each seed's result the same way. Run the same command again and what is already
+there is read back instead of simulated; only the rest runs.
 
 A result is found again only under the same key: the whole config (`dump_config`), whether
 the bound was asked for, the package's version and a fingerprint of its source (but for

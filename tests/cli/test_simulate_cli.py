@@ -244,3 +244,53 @@ def test_splits_only_on_a_one_worker_pool_run_colocated() -> None:
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["policies"]["pearl"]["trajectories"] > 0
+
+
+def test_simulate_over_seeds_goes_on_from_the_seeds_an_interrupted_run_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--seeds ... --out DIR`, stopped after its first seed: exit 130 and a line naming
+    the folder written; the same command again reads that seed back and simulates only the
+    other, with the document an uninterrupted run prints. A seed folder of another config
+    is simulated again."""
+    from pearl.sim import compare
+
+    args = ["simulate", *SMALL, "--policies", "fixed:colocated", "--seeds", "0,1", "--json"]
+    whole = runner.invoke(app, args)
+    assert whole.exit_code == 0, whole.output
+    real = compare.run_simulation
+    simulated: list[int] = []
+
+    def stop_on_the_second(cfg, **kwargs):
+        if simulated:
+            raise KeyboardInterrupt
+        simulated.append(cfg.seed)
+        return real(cfg, **kwargs)
+
+    monkeypatch.setattr(compare, "run_simulation", stop_on_the_second)
+    out = tmp_path / "out"
+    res = runner.invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 130, res.output
+    assert "seed-0" in res.stderr and "the same command again goes on" in res.stderr
+
+    simulated.clear()
+
+    def counted(cfg, **kwargs):
+        simulated.append(cfg.seed)
+        return real(cfg, **kwargs)
+
+    monkeypatch.setattr(compare, "run_simulation", counted)
+    again = runner.invoke(app, [*args, "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert simulated == [1]
+    assert "done: seed 0 (read back" in again.stderr
+    assert json.loads(again.stdout) == json.loads(whole.stdout)
+    assert (out / "seed-1" / "summary.json").is_file()
+
+    cfg_file = out / "seed-0" / "config.yaml"
+    cfg_file.write_text(cfg_file.read_text().replace("seed: 0", "seed: 7"))
+    simulated.clear()
+    third = runner.invoke(app, [*args, "--out", str(out)])
+    assert third.exit_code == 0, third.output
+    assert simulated == [0]  # its folder was another config's: simulated and rewritten
+    assert json.loads(third.stdout) == json.loads(whole.stdout)
