@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,6 +23,11 @@ from pearl.cli.output import (
     run_store_at,
 )
 from pearl.errors import InputError
+
+if TYPE_CHECKING:
+    from pearl.sim.compare import SimulationResult
+    from pearl.sim.config import SimConfig
+    from pearl.sim.run_store import RunStore
 
 
 def _build_config(
@@ -149,7 +155,9 @@ def _parse_seeds(raw: str) -> list[int]:
     return seeds
 
 
-def _kept_seed(store: Any, cfg: Any, folder: Path, *, with_bound: bool) -> Any:
+def _kept_seed(
+    store: RunStore, cfg: SimConfig, folder: Path, *, with_bound: bool
+) -> SimulationResult | None:
     """A seed's result an earlier `--seeds ... --out` run finished: in the run store (same
     config and code) and its folder whole (summary.json written, config.yaml this
     config's); None otherwise, and the seed is simulated again."""
@@ -161,6 +169,29 @@ def _kept_seed(store: Any, cfg: Any, folder: Path, *, with_bound: bool) -> Any:
     if cfg_file.read_text() != dump_config(cfg):
         return None
     return store.get(cfg, with_bound=with_bound)
+
+
+def _seed_result(
+    cfg: SimConfig,
+    folder: Path | None,
+    store: RunStore | None,
+    simulate: Callable[[SimConfig], SimulationResult],
+    *,
+    with_bound: bool,
+) -> tuple[SimulationResult, bool]:
+    """One run of `pearl simulate` (a seed's, or the only one): read back from `store` if an
+    earlier run finished it, else simulated, written to `folder` and kept in `store`.
+    Returns the result and whether it was read back."""
+    if store is not None and folder is not None:
+        kept = _kept_seed(store, cfg, folder, with_bound=with_bound)
+        if kept is not None:
+            return kept, True
+    res = simulate(cfg)
+    if folder is not None:
+        res.write(folder)
+    if store is not None:
+        store.put(res, with_bound=with_bound)
+    return res, False
 
 
 def _print_seeds_table(doc: dict[str, Any]) -> None:
@@ -272,6 +303,14 @@ def register(app: typer.Typer) -> None:
                     tasks[label] = progress.add_task(label, total=total_s)
                 progress.update(tasks[label], completed=min(now_s, total_s))
 
+            def run_one(run_cfg: SimConfig) -> SimulationResult:
+                return run_simulation(
+                    run_cfg,
+                    progress=on_progress,
+                    with_bound=not no_bound,
+                    jobs=jobs or default_jobs(),
+                )
+
             results = []
             written: list[str] = []
             started = time.monotonic()
@@ -279,23 +318,12 @@ def register(app: typer.Typer) -> None:
                 for s in seed_list or [None]:
                     run_cfg = cfg if s is None else cfg.with_updates(seed=s)
                     prefix[0] = "" if s is None else f"seed {s}: "
-                    where_s = None if out is None else out if s is None else out / f"seed-{s}"
-                    res = None
-                    if store is not None and where_s is not None:
-                        res = _kept_seed(store, run_cfg, where_s, with_bound=not no_bound)
-                    read_back = res is not None
-                    if res is None:
-                        res = run_simulation(
-                            run_cfg,
-                            progress=on_progress,
-                            with_bound=not no_bound,
-                            jobs=jobs or default_jobs(),
-                        )
-                        if where_s is not None:
-                            res.write(where_s)
-                            written.append(str(where_s))
-                        if store is not None:
-                            store.put(res, with_bound=not no_bound)
+                    folder = out if out is None or s is None else out / f"seed-{s}"
+                    res, read_back = _seed_result(
+                        run_cfg, folder, store, run_one, with_bound=not no_bound
+                    )
+                    if folder is not None and not read_back:
+                        written.append(str(folder))
                     results.append(res)
                     if s is not None:  # a line a seed: all a log that is not a terminal shows
                         kept = " (read back from an earlier run)" if read_back else ""
