@@ -138,9 +138,8 @@ def expansion_gate(
     window = default_window_s if expected_window_s is None else max(0.0, expected_window_s)
     if not makespan_now_s < float("inf") or makespan_now_s <= 0:
         ok = makespan_with_s < float("inf")
-        return GateResult(
-            ok, float("inf") if ok else 0.0, handoff_s, "no feasible config without them"
-        )
+        reason = "no feasible config without them" if ok else "no feasible config with them either"
+        return GateResult(ok, float("inf") if ok else 0.0, handoff_s, reason)
     saving = max(0.0, (makespan_now_s - makespan_with_s) / makespan_now_s)
     serving = max(0.0, window - init)
     gain = saving * serving

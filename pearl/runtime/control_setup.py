@@ -1,8 +1,9 @@
 """The controller a `pearl run` drives, built from its RunConfig (no I/O, no Ray).
 
-`configured_policy` applies the config's controller knobs to the named policy; `build_controller`
-adds the advisor (the decision engine with the device prior and the switch-cost gates
-seeded from `controller.switch_costs`) and the controller over the dedicated slots.
+`configured_policy` applies the config's controller knobs to the named policy;
+`build_controller` adds the advisor (the decision engine with the device and workload priors
+and the switch-cost gates seeded from `controller.switch_costs`) and the controller over the
+dedicated slots.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pearl.control.knobs import apply_knobs, decision_config
 from pearl.control.policies import get_policy
 from pearl.control.policies.base import Policy
 from pearl.control.state import ClusterState, Gpu, Zone
-from pearl.runtime.device_prior import slot_prior
+from pearl.envs.registry import make_env
+from pearl.runtime.device_prior import slot_prior, workload_prior
 from pearl.runtime.run_config import RunConfig
 
 
@@ -35,8 +37,10 @@ def build_controller(
 ) -> tuple[Controller, SwitchCostTracker]:
     """The controller over the dedicated slots, and the switch-cost book its gates use."""
     costs = SwitchCostTracker(defaults=SwitchCosts(**cfg.controller.switch_costs))
+    hardware = slot_prior(cfg, model_cfg)
     advisor = policy.make_advisor(
-        hardware=slot_prior(cfg, model_cfg),
+        hardware=hardware,
+        initial_profile=workload_prior(cfg, hardware, _env_max_turns(cfg)),
         batch_size=cfg.rollout.batch_size,
         gpus_per_worker=cfg.cluster.gpus_per_worker,
         costs=costs,
@@ -56,3 +60,12 @@ def build_controller(
         initial_version=version,
     )
     return controller, costs
+
+
+def _env_max_turns(cfg: RunConfig) -> int:
+    """The environment's turn cap (building one is cheap: a sandbox starts at reset)."""
+    env = make_env(cfg.env.name, **cfg.env.kwargs)
+    try:
+        return int(env.max_turns)
+    finally:
+        env.close()

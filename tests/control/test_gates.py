@@ -80,7 +80,9 @@ def test_expansion_gate_uses_the_borrowing_book():
 
 def test_expansion_gate_with_nothing_running_now():
     assert expansion_gate(math.inf, 300.0, 10.0, SwitchCostTracker()).admit
-    assert not expansion_gate(math.inf, math.inf, 10.0, SwitchCostTracker()).admit
+    neither = expansion_gate(math.inf, math.inf, 10.0, SwitchCostTracker())
+    assert not neither.admit
+    assert neither.reason == "no feasible config with them either"
 
 
 def test_borrow_gate_hand_computed():
