@@ -2,7 +2,9 @@
 
 Targets: median relative makespan error under 10%, and the engine's chosen
 configuration within 1% of the brute-force best in at least 90% of the grid. The figures
-are reported whatever they are. Rerun: `.venv/bin/python -m bench.sim_validate`.
+are reported whatever they are. Rerun: `.venv/bin/python -m bench.sim_validate`; with
+`--keep DIR` each finished grid point is kept in DIR (the run store `pearl validate --out`
+uses) and the same command again goes on from them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._md import machine_line, write_section
+from pearl.sim import run_store
 from pearl.sim.config import SimConfig
 from pearl.sim.validate import validate
 
@@ -27,16 +30,20 @@ STEPS = 24
 PROFILE_STEPS = 6
 
 
-def _validate(model: str, budgets: tuple, batches: tuple, steps: int) -> tuple[dict, float]:
+def _validate(
+    model: str, budgets: tuple, batches: tuple, steps: int, keep: str | None
+) -> tuple[dict, float]:
     cfg = SimConfig().with_updates(**{"cluster.model": model})
+    store = None if keep is None else run_store.RunStore(Path(keep))
     t0 = time.process_time()
-    doc = validate(
-        cfg,
-        budgets=budgets,
-        batches=batches,
-        num_steps=steps,
-        profile_steps=min(steps, PROFILE_STEPS),
-    ).to_json()
+    with run_store.use(store):
+        doc = validate(
+            cfg,
+            budgets=budgets,
+            batches=batches,
+            num_steps=steps,
+            profile_steps=min(steps, PROFILE_STEPS),
+        ).to_json()
     return doc, time.process_time() - t0
 
 
@@ -44,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny grid, no BENCHMARKS.md update")
     ap.add_argument("--json", metavar="PATH", help="also write both models' documents here")
+    ap.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep each finished grid point in DIR; the same command again goes on from them",
+    )
     args = ap.parse_args(argv)
     # the grid: budgets 4-16 GPUs, batches 32-128
     budgets, batches = ((2,), (8,)) if args.quick else ((4, 8, 12, 16), (32, 64, 96, 128))
@@ -51,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = 2 if args.quick else STEPS
     # one process per model (the simulations are independent; the CPU time is per model)
     with ProcessPoolExecutor(max_workers=max(1, min(len(models), os.cpu_count() or 1))) as ex:
-        futures = [ex.submit(_validate, m, budgets, batches, steps) for m in models]
+        futures = [ex.submit(_validate, m, budgets, batches, steps, args.keep) for m in models]
         results: list[tuple[dict[str, Any], float]] = [f.result() for f in futures]
     if args.json:
         docs = {m: doc for m, (doc, _) in zip(models, results, strict=True)}
