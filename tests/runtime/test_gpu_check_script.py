@@ -3,26 +3,14 @@ debugging: its `--tiny` mode runs the same code on the CPU (PEARL's engine, then
 build: step times, weight reload, release/restore, a PD handoff), so it is kept working."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench_run import run_bench
 
 
 def test_gpu_check_runs_every_part_on_a_tiny_model(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run(
-        [sys.executable, "-m", "bench.gpu_check", "--tiny", "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
+    run_bench("gpu_check", "--tiny", "--out", str(out))
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu" and doc["model"] == "tiny"
     for part in ("pearl_engine", "vllm"):

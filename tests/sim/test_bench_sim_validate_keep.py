@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench_run import run_bench
 
 
 def _bench(*args: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run(
-        [sys.executable, "-m", "bench.sim_validate", "--quick", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
+    run_bench("sim_validate", "--quick", *args)
 
 
 def test_a_second_run_reads_the_kept_grid_back(tmp_path: Path) -> None:
