@@ -43,3 +43,22 @@ def load_yaml_model(cls: type[M], path: Path | str) -> M:
 def dump_yaml_model(model: BaseModel) -> str:
     """YAML text that `load_yaml_model` reads back to an equal model."""
     return yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False)
+
+
+def with_dotted_updates(model: M, dotted: dict[str, Any]) -> M:
+    """A copy of `model` with `section.field=value` updates applied and validated like a
+    load. A section that does not exist raises `KeyError` (its name); a bad value or an
+    unknown field, `ValidationError`."""
+    doc = model.model_dump(mode="json")
+    for key, value in dotted.items():
+        node = doc
+        *parents, leaf = key.split(".")
+        walked: list[str] = []
+        for part in parents:
+            walked.append(part)
+            child = node.get(part)
+            if not isinstance(child, dict):
+                raise KeyError(".".join(walked))
+            node = child
+        node[leaf] = value
+    return type(model).model_validate(doc)

@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from pearl.cli import sim_config as opts
 from pearl.cli.output import console, err_console, guarded, print_json
 from pearl.errors import InputError
 
@@ -103,16 +104,30 @@ def register(app: typer.Typer) -> None:
             False, "--no-live", help="Plain progress lines instead of the live view."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON doc."),
+        sets: list[str] = opts.set_option("env.name=code_repair"),
+        show_config: bool = typer.Option(
+            False,
+            "--show-config",
+            help="Print the run config this command would start from (CONFIG or the "
+            "defaults, the options, then --set) as YAML and exit; every field is there, so "
+            "it is a starting point for a CONFIG file.",
+        ),
     ) -> None:
         """Train a policy with elastic, PD-adaptive rollout; write a run directory and report."""
         from pearl.report.rundir import CONFIG_FILE, REPORT_FILE, check_out_dir
-        from pearl.runtime.run_config import load_run_config
+        from pearl.runtime.run_config import RunConfig, dump_run_config, load_run_config
 
+        if show_config:
+            cfg = load_run_config(config) if config is not None else RunConfig()
+            cfg = opts.with_sets(_with_overrides(cfg, address=address, steps=steps), {}, sets)
+            typer.echo(dump_run_config(cfg), nl=False)
+            return
         if resume is not None:
-            if config is not None or out is not None:
+            if config is not None or out is not None or sets:
                 raise InputError(
                     "<argument>",
-                    "--resume continues DIR with DIR/config.yaml: give no CONFIG and no --out",
+                    "--resume continues DIR with DIR/config.yaml: give no CONFIG, no --out "
+                    "and no --set (--steps extends the run)",
                     field="--resume",
                 )
             check_out_dir(resume, resume=True)
@@ -124,7 +139,7 @@ def register(app: typer.Typer) -> None:
             check_out_dir(out_dir, resume=False)
             config_path = config
         cfg = _with_overrides(load_run_config(config_path), address=address, steps=steps)
-        cfg = _resolve_paths(cfg, config_path)
+        cfg = _resolve_paths(opts.with_sets(cfg, {}, sets), config_path)
 
         from pearl.runtime import driver  # imports Ray: only now
 

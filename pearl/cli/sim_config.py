@@ -1,17 +1,21 @@
 """The simulation config a command runs: a YAML file or the defaults, the command's own
 options, then `--set section.field=value` overrides; every error names the file or option
 and the field, before any simulated work starts; `--show-config` prints it. Shared by
-`pearl simulate`, `pearl experiment` and `pearl validate`."""
+`pearl simulate`, `pearl experiment` and `pearl validate`; `pearl run` applies its `--set`
+pairs to a run config with the same `with_sets`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
+from pydantic import BaseModel
 
 from pearl.cli.output import err_console
 from pearl.errors import InputError, from_validation
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def config_option(help_text: str) -> Any:
@@ -101,18 +105,27 @@ def _warn_unpinned(gpu: str) -> None:
 
 
 def _built(config: Path | None, updates: dict[str, Any], sets: list[str] | None) -> Any:
-    from pydantic import ValidationError
-
     from pearl.sim.config import SimConfig, load_config
-    from pearl.world.sections import renamed_key
 
     cfg = load_config(config) if config is not None else SimConfig()
+    return with_sets(cfg, updates, sets)
+
+
+def with_sets(cfg: M, updates: dict[str, Any], sets: list[str] | None) -> M:
+    """`cfg` with the command's `updates` (dotted field -> value), then the `--set` pairs,
+    which win; a renamed field, a missing section or a bad value is an `InputError` naming
+    `--set` and the field."""
+    from pydantic import ValidationError
+
+    from pearl.configio import with_dotted_updates
+    from pearl.world.sections import renamed_key
+
     merged = {**updates, **parse_sets(sets or [])}
     for key in merged:
         if (new := renamed_key(key)) is not None:
             raise InputError("<argument>", f"{key} was renamed: use {new}", field="--set")
     try:
-        return cfg.with_updates(**merged)
+        return with_dotted_updates(cfg, merged)
     except KeyError as err:
         raise InputError(
             "<argument>", f"no config section {err.args[0]!r}", field="--set"

@@ -25,7 +25,12 @@ from pydantic import (
     model_validator,
 )
 
-from pearl.configio import dump_yaml_model, load_yaml_model, model_from_dict
+from pearl.configio import (
+    dump_yaml_model,
+    load_yaml_model,
+    model_from_dict,
+    with_dotted_updates,
+)
 from pearl.control.knobs import ControllerKnobs
 from pearl.errors import InputError, from_validation
 from pearl.specs.workload import WorkloadSpec
@@ -313,14 +318,7 @@ class SimConfig(_Model):
 
     def with_updates(self, **dotted: Any) -> SimConfig:
         """A copy with `section.field=value` updates applied (validated like a load)."""
-        doc = self.model_dump(mode="json")
-        for key, value in dotted.items():
-            node = doc
-            *parents, leaf = key.split(".")
-            for p in parents:
-                node = node[p]
-            node[leaf] = value
-        return SimConfig.model_validate(doc)
+        return with_dotted_updates(self, dotted)
 
 
 def config_from_dict(doc: Any, source: str = "<config>") -> SimConfig:

@@ -7,13 +7,14 @@ import types
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 import pearl.runtime
 from pearl.cli.main import app
 from pearl.report.rundir import RunRecorder
 from pearl.runtime.live import LiveView
-from pearl.runtime.run_config import RunConfig, dump_run_config
+from pearl.runtime.run_config import RunConfig, dump_run_config, load_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -213,3 +214,43 @@ def test_run_config_accepts_every_registry_policy_but_simulation_pools(tmp_path)
     for name in ("fixed:colocated", "fixed:disagg:2:1", "pearl-no-borrow", "rlboost+"):
         cfg = load_run_config(_config(tmp_path, f'controller: {{policy: "{name}"}}\n'))
         assert cfg.controller.policy == name
+
+
+def test_set_overrides_any_field_and_wins_over_the_options(tmp_path, calls):
+    out = tmp_path / "run"
+    args = [str(_config(tmp_path)), "--out", str(out), "--steps", "3", "--no-live", "--json"]
+    sets = ["--set", "trainer.num_steps=5", "--set", "rollout.max_new_tokens=6"]
+    res = runner.invoke(app, ["run", *args, *sets])
+    assert res.exit_code == 0, res.output
+    (call,) = calls
+    assert call["cfg"].trainer.num_steps == 5 and call["cfg"].rollout.max_new_tokens == 6
+    # the run directory's config is the one that ran, so --resume runs it again
+    assert "max_new_tokens: 6" in (out / "config.yaml").read_text()
+
+
+def test_bad_set_pairs_name_the_field(tmp_path, calls):
+    cfg = str(_config(tmp_path))
+    assert "'trainer.num_steps'" in _fails([cfg, "--set", "trainer.num_steps=x"])
+    assert "no config section 'seed'" in _fails([cfg, "--set", "seed.x=1"])
+    assert "no config section 'nope'" in _fails([cfg, "--set", "nope.x=1"])
+    assert "'env'" in _fails([cfg, "--set", "env.name=nope"])
+    assert "renamed: use rollout.max_staleness" in _fails([cfg, "--set", "trainer.max_staleness=2"])
+    assert "KEY=VALUE" in _fails([cfg, "--set", "trainer.num_steps"])
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["run", cfg, "--out", str(out), "--no-live"]).exit_code == 0
+    assert "no --set" in _fails(["--resume", str(out), "--set", "seed=1"])
+    assert len(calls) == 1
+
+
+def test_show_config_prints_what_would_run_and_runs_nothing(tmp_path, calls):
+    res = runner.invoke(app, ["run", "--show-config"])
+    assert res.exit_code == 0, res.output
+    assert yaml.safe_load(res.stdout) == RunConfig().model_dump(mode="json")
+    args = [str(_config(tmp_path)), "--steps", "7", "--set", "env.num_hosts=3", "--show-config"]
+    res = runner.invoke(app, ["run", *args])
+    assert res.exit_code == 0, res.output
+    saved = tmp_path / "shown.yaml"
+    saved.write_text(res.stdout)
+    again = load_run_config(saved)
+    assert again.trainer.num_steps == 7 and again.env.num_hosts == 3
+    assert calls == []
