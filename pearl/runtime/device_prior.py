@@ -50,8 +50,9 @@ def slot_prior(cfg: RunConfig, model_cfg: Any) -> HardwarePrior:
 def workload_prior(cfg: RunConfig, hardware: HardwarePrior, max_turns: int) -> WorkloadProfile:
     """The workload the decision engine assumes before the first rollout step's telemetry:
     `WorkloadProfile`'s defaults (the paper's SWE agent: ~20 turns, contexts up to ~20K
-    tokens), held within the hard caps of this run (`max_turns`, the environment's turn
-    cap; `rollout.max_context_tokens`; `rollout.max_new_tokens`). Token and turn fields
+    tokens), held within the limits of this run (`max_turns`, the environment's turn
+    cap; `rollout.max_context_tokens`, at which a trajectory ends, so only its last
+    observation can carry it past; `rollout.max_new_tokens`). Token and turn fields
     above a cap shrink in proportion, so the prior keeps its shape; environment times have
     no cap and stay the defaults'. Without this, a run whose trajectories are far shorter
     than an SWE agent's would find every configuration infeasible (one trajectory's KV
