@@ -113,6 +113,11 @@ _STEP_COLUMNS: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
         lambda s: _fmt(s.get("interrupted_trajectories")),
         ("interrupted_trajectories",),
     ),
+    (
+        "cut by length",
+        lambda s: _fmt(s.get("truncated_trajectories")),
+        ("truncated_trajectories",),
+    ),
     ("train (s)", lambda s: _fmt(s.get("train_time_s")), ("train_time_s",)),
     ("wall (s)", lambda s: _fmt(s.get("wall_s")), ("wall_s",)),
 )
@@ -211,6 +216,22 @@ def _plots(run: RunData) -> dict[str, str]:
     return out
 
 
+def _truncation_note(run: RunData) -> list[str]:
+    """A paragraph when trajectories ended at the length limit before their task did."""
+    cut = sum(int(s.get("truncated_trajectories") or 0) for s in run.steps)
+    if not cut:
+        return []
+    total = sum(int(s.get("trajectories") or 0) for s in run.steps)
+    limit = (run.config.get("rollout") or {}).get("max_context_tokens")
+    at = f" ({limit} tokens)" if limit is not None else ""
+    return [
+        "",
+        f"{cut} of {total} trajectories ended at the length limit, "
+        f"`rollout.max_context_tokens`{at}, before their task did; each kept the reward "
+        "it had earned by then. Raise the limit if the task needs longer contexts.",
+    ]
+
+
 def render_markdown(run: RunData, plots: dict[str, str]) -> str:
     """The text of report.md."""
     m = run_metrics(run)
@@ -222,6 +243,7 @@ def render_markdown(run: RunData, plots: dict[str, str]) -> str:
         lines += ["", "## Summary", ""] + [_summary_line(k, v) for k, v in shown.items()]
     lines += ["", "## Steps", ""]
     lines += _step_table(run.steps) if run.steps else ["No steps recorded."]
+    lines += _truncation_note(run)
     mp = m["makespan_prediction"]
     lines += ["", "## Makespan prediction", ""]
     if mp["num_steps"]:

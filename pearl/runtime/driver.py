@@ -310,6 +310,9 @@ class RunDriver:
             "reward_last_fifth": sum(rewards[-k:]) / k if rewards else None,
             "wall_s": self.now(),
             "late_returns": self.lending.late_returns,
+            "truncated_trajectories": sum(
+                int(m.get("truncated_trajectories") or 0) for m in p.step_metrics
+            ),
             "counters": dict(self.world.counters),
             "ignored_events": len(self.controller.ignored),
             "stale_turn_events": self.world.trajectories.flights.num_stale,

@@ -140,6 +140,8 @@ class TrainingPipeline:
             "train_time_s": self.now() - t0,
             "generated_tokens": sum(sum(t.response_mask) for t in trajs),
             "interrupted_trajectories": sum(1 for t in trajs if t.num_interrupts),
+            # ended at rollout.max_context_tokens before their task did
+            "truncated_trajectories": sum(1 for t in trajs if t.truncated),
             "min_segment_version": min(
                 (t.min_version for t in trajs if t.min_version is not None), default=None
             ),

@@ -138,3 +138,20 @@ def test_empty_directory_still_gives_a_report(tmp_path):
     text = path.read_text()
     assert "No steps recorded." in text and "No events.jsonl" in text
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_trajectories_cut_by_the_length_limit_are_counted_and_explained(tmp_path):
+    out = tmp_path / "run"
+    with RunRecorder(out, CONFIG + "") as rec:
+        for step, cut in ((0, 3), (1, 0)):
+            rec.record_step(
+                step, {"reward_mean": 0.1, "trajectories": 8, "truncated_trajectories": cut}
+            )
+    text = render_markdown(load_run(out), {})
+    assert "| cut by length |" in text.splitlines()[text.splitlines().index("## Steps") + 2]
+    assert "3 of 16 trajectories ended at the length limit" in text
+    # a run with none cut says nothing of it
+    none = tmp_path / "none"
+    with RunRecorder(none, CONFIG) as rec:
+        rec.record_step(0, {"reward_mean": 0.1, "trajectories": 8, "truncated_trajectories": 0})
+    assert "length limit" not in render_markdown(load_run(none), {})

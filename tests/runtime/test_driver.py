@@ -116,6 +116,9 @@ def test_every_batch_has_exactly_b_distinct_trajectories(run_dir):
         ids = row["trajectory_ids"]
         assert len(ids) == 8 and len(set(ids)) == 8
         assert all(i.startswith(f"s{step}-") for i in ids)
+        assert 0 <= row["truncated_trajectories"] <= 8
+    cut = sum(row["truncated_trajectories"] for row in steps.values())
+    assert summary["truncated_trajectories"] == cut
 
 
 def test_staleness_bound_and_training_deadlines_hold(run_dir):
