@@ -145,10 +145,21 @@ def expansion_gate(
     gain = saving * serving
     ok = gain > handoff_s
     reason = (
-        f"saving {saving:.1%} x ({window:.0f} s window - {init:.1f} s init + weight sync) = "
-        f"{gain:.1f} s {'>' if ok else '<='} hand-off {handoff_s:.1f} s"
+        f"saving {_share(saving)} x ({window:.0f} s window - {init:.1f} s init + weight sync) "
+        f"= {_seconds(gain)} {'>' if ok else '<='} hand-off {_seconds(handoff_s)}"
     )
     return GateResult(ok, gain, handoff_s, reason)
+
+
+def _share(x: float) -> str:
+    """A saving as a percentage; a positive one too small for one decimal says so."""
+    return "<0.1%" if 0 < x < 0.0005 else f"{x:.1%}"
+
+
+def _seconds(x: float) -> str:
+    """Seconds to one decimal; a positive figure under 0.05 s with two significant digits,
+    so a gate's comparison never reads "0.0 s > 0.0 s"."""
+    return f"{x:.2g} s" if 0 < x < 0.05 else f"{x:.1f} s"
 
 
 def borrow_gate(

@@ -125,3 +125,10 @@ def test_borrow_gate_saving_scales_with_the_batches_in_flight(without, with_, wi
     assert 0.0 <= one.gain_s <= max(0.0, without - with_) + 1e-9
     assert many.gain_s == pytest.approx(batches * one.gain_s)
     assert many.admit or not one.admit  # more batches never turn a borrow down
+
+
+def test_a_tiny_positive_gain_never_reads_as_zero():
+    g = expansion_gate(100.0, 99.99999, 1800.0, SwitchCostTracker())
+    assert g.admit and "<0.1%" in g.reason and "= 0.00017 s > hand-off 0.0 s" in g.reason
+    g = expansion_gate(100.0, 80.0, 1800.0, SwitchCostTracker())
+    assert "saving 20.0%" in g.reason and "> hand-off 0.0 s" in g.reason
