@@ -155,8 +155,8 @@ def rollout_steps(
     spans_s: dict[int, tuple[float, float]] | None = None,
     predicted_s: dict[int, float | None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per rollout step: its trajectories and measured makespan, the series the report
-    plots. The makespan is the world's span of the step where `spans_s` has it (from its
+    """Per rollout step: its trajectories, generated tokens, interrupted trajectories and
+    measured makespan, the series the report plots. The makespan is the world's span of the step where `spans_s` has it (from its
     StartRolloutBatch to its last trajectory done, as `pearl run` measures a batch), else
     from the first turn queued to the last turn's end, environment step included.
     `predicted_s`: the decision engine's makespan at the step's start (`pearl run` records
@@ -179,6 +179,10 @@ def rollout_steps(
                 "rollout_makespan_s": end - start,
                 "predicted_makespan_s": predicted_s.get(step),
                 "t_s": end,
+                # as `pearl run` records them: generated tokens, and the trajectories a
+                # reclaim or a return of borrowed GPUs interrupted
+                "generated_tokens": sum(t.decode_tokens for t in ts),
+                "interrupted_trajectories": len({t.traj_id for t in ts if t.interrupted}),
             }
         )
     return out

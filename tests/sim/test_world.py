@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pearl.control import events as E
@@ -258,6 +260,10 @@ def test_rollout_steps_span_first_queue_to_last_turn_end():
     turns = [rec(s, k, t0, t1, t1 if k == 2 else None) for s, (t0, t1) in enumerate([(0.0, 5.0), (5.0, 12.0)]) for k in range(3)]  # fmt: skip
     got = [(d["step"], d["rollout_makespan_s"], d["trajectories"]) for d in rollout_steps(turns)]
     assert got == [(0, 5.0, 3), (1, 7.0, 3)]
+    assert [d["generated_tokens"] for d in rollout_steps(turns)] == [3, 3]
+    assert [d["interrupted_trajectories"] for d in rollout_steps(turns)] == [0, 0]
+    cut = [replace(t, interrupted=True) if t.traj_id == "s1t0" else t for t in turns]
+    assert [d["interrupted_trajectories"] for d in rollout_steps(cut)] == [0, 1]
     # the world's span of a step (batch start to its last trajectory done) wins, and the
     # engine's prediction at its start rides along
     docs = rollout_steps(turns, {1: (4.0, 12.5)}, {1: 8.0})
