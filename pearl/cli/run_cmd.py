@@ -117,8 +117,9 @@ def register(app: typer.Typer) -> None:
         from pearl.report.rundir import CONFIG_FILE, REPORT_FILE, check_out_dir
         from pearl.runtime.run_config import RunConfig, dump_run_config, load_run_config
 
-        if show_config:
-            cfg = load_run_config(config) if config is not None else RunConfig()
+        if show_config:  # CONFIG's, --resume DIR's or the defaults
+            shown = resume / CONFIG_FILE if resume is not None else config
+            cfg = load_run_config(shown) if shown is not None else RunConfig()
             cfg = opts.with_sets(_with_overrides(cfg, address=address, steps=steps), {}, sets)
             typer.echo(dump_run_config(cfg), nl=False)
             return

@@ -254,3 +254,9 @@ def test_show_config_prints_what_would_run_and_runs_nothing(tmp_path, calls):
     again = load_run_config(saved)
     assert again.trainer.num_steps == 7 and again.env.num_hosts == 3
     assert calls == []
+    # a run directory's: the config --resume would continue with
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(saved), "--out", str(out), "--no-live"]).exit_code == 0
+    res = runner.invoke(app, ["run", "--resume", str(out), "--show-config"])
+    assert res.exit_code == 0 and load_run_config(out / "config.yaml").env.num_hosts == 3
+    assert yaml.safe_load(res.stdout)["env"]["num_hosts"] == 3
