@@ -49,6 +49,10 @@ def _config_lines(cfg: dict[str, Any]) -> list[str]:
         ("model", get("model", "checkpoint_dir") or ("tiny" if get("model") else None)),
         ("environment", get("env", "name")),
         ("batch (B) / group", _pair(get("rollout", "batch_size"), get("rollout", "group_size"))),
+        (
+            "length limit / tokens a turn",
+            _pair(get("rollout", "max_context_tokens"), get("rollout", "max_new_tokens")),
+        ),
         ("training steps", get("trainer", "num_steps")),
         ("policy", get("controller", "policy")),
         ("engine backend", get("engine", "backend")),

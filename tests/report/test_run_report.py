@@ -142,7 +142,11 @@ def test_empty_directory_still_gives_a_report(tmp_path):
 
 def test_trajectories_cut_by_the_length_limit_are_counted_and_explained(tmp_path):
     out = tmp_path / "run"
-    with RunRecorder(out, CONFIG + "") as rec:
+    limited = CONFIG.replace(
+        "rollout: {batch_size: 8, group_size: 4}",
+        "rollout: {batch_size: 8, group_size: 4, max_context_tokens: 768, max_new_tokens: 3}",
+    )
+    with RunRecorder(out, limited) as rec:
         for step, cut in ((0, 3), (1, 0)):
             rec.record_step(
                 step, {"reward_mean": 0.1, "trajectories": 8, "truncated_trajectories": cut}
@@ -150,6 +154,8 @@ def test_trajectories_cut_by_the_length_limit_are_counted_and_explained(tmp_path
     text = render_markdown(load_run(out), {})
     assert "| cut by length |" in text.splitlines()[text.splitlines().index("## Steps") + 2]
     assert "3 of 16 trajectories ended at the length limit" in text
+    assert "`rollout.max_context_tokens` (768 tokens)" in text
+    assert "- length limit / tokens a turn: 768 / 3" in text
     # a run with none cut says nothing of it
     none = tmp_path / "none"
     with RunRecorder(none, CONFIG) as rec:
