@@ -108,9 +108,9 @@ def register(app: typer.Typer) -> None:
         show_config: bool = typer.Option(
             False,
             "--show-config",
-            help="Print the run config this command would start from (CONFIG or the "
-            "defaults, the options, then --set) as YAML and exit; every field is there, so "
-            "it is a starting point for a CONFIG file.",
+            help="Print the run config this command would start from (CONFIG, --resume "
+            "DIR's or the defaults, the options, then --set) as YAML and exit; every field "
+            "is there, so it is a starting point for a CONFIG file.",
         ),
     ) -> None:
         """Train a policy with elastic, PD-adaptive rollout; write a run directory and report."""
