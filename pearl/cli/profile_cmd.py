@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from pearl.cli.output import console, guarded, print_json
+from pearl.cli.output import console, err_console, guarded, print_json
 from pearl.control.profile import HardwarePrior, ProfileError, WorkloadProfile
 from pearl.control.telemetry import TelemetryError
 from pearl.control.telemetry_jsonl import read_jsonl
@@ -51,11 +51,19 @@ def fit_profile(
         raise InputError(err.source, err.message, location=err.location, field=err.field) from None
     if not tel.turns:
         raise InputError(str(path), "no turn records (kind: turn) to fit a profile from")
-    hw = hardware_prior(
-        model or tel.meta.model or "qwen3-8b",
-        gpu or tel.meta.gpu or "h100-sxm",
-        gpus_per_worker or tel.meta.gpus_per_worker,
-    )
+    model = model or tel.meta.model
+    gpu = gpu or tel.meta.gpu
+    if model is None or gpu is None:
+        model, gpu = model or "qwen3-8b", gpu or "h100-sxm"
+        err_console.print(
+            f"[yellow]note:[/yellow] {path} names no model or GPU (no meta line): fitted "
+            f"around the {model} on {gpu} prior; pass --model and --gpu for another. A "
+            "`pearl run` directory keeps the profile its engine fitted in profile.json "
+            "(`pearl decide --profile RUN/profile.json`).",
+            highlight=False,
+            soft_wrap=True,
+        )
+    hw = hardware_prior(model, gpu, gpus_per_worker or tel.meta.gpus_per_worker)
     tracker = RuntimeTracker(hw, alpha=alpha)
     for _, turns, steps in tel.by_step():
         tracker.observe_step(turns, steps)

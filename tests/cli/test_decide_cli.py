@@ -174,3 +174,21 @@ def test_missing_files(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert "no turn records" in _bad(["profile", "fit", str(empty)])
+
+
+def test_fit_says_which_prior_a_file_without_a_meta_line_gets(tmp_path):
+    """A telemetry file that names no model or GPU (`pearl run`'s) is fitted around the
+    default prior, and stderr says so; --model and --gpu silence it."""
+    lines = TELEMETRY.read_text().splitlines()
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("\n".join(ln for ln in lines if '"kind":"meta"' not in ln.replace(" ", "")))
+    res = runner.invoke(app, ["profile", "fit", str(bare), "--json"])
+    assert res.exit_code == 0, res.output
+    assert "no meta line" in res.stderr and "qwen3-8b on h100-sxm" in res.stderr
+    json.loads(res.stdout)
+    res = runner.invoke(app, ["profile", "fit", str(TELEMETRY), "--json"])
+    assert res.exit_code == 0 and "no meta line" not in res.stderr
+    res = runner.invoke(
+        app, ["profile", "fit", str(bare), "--model", "qwen3-8b", "--gpu", "h100-sxm"]
+    )
+    assert res.exit_code == 0 and "no meta line" not in res.stderr
