@@ -38,6 +38,11 @@ def guarded(fn: F) -> F:
         except (InputError, FileNotFoundError) as err:
             if DEBUG["on"]:
                 raise
+            # raised in a Ray actor: Ray's error is also an InputError, but its text
+            # carries the remote traceback; the line is the original error's
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, InputError):
+                err = cause
             msg = str(err) if isinstance(err, InputError) else f"{err.filename}: file not found"
             err_console.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None

@@ -21,6 +21,7 @@ from typing import Any
 from pearl.control import commands as cmd
 from pearl.control import events as ev
 from pearl.control.state import Gpu, Zone
+from pearl.errors import InputError
 from pearl.runtime.control_setup import build_controller, configured_policy
 from pearl.runtime.lending import TrainingLending
 from pearl.runtime.pipeline import TrainingPipeline, checkpoint_dir, load_checkpoint
@@ -146,9 +147,14 @@ class RunDriver:
         )
         version, trained_steps, step_metrics, expected_rollout_s = 0, 0, [], 30.0
         if ckpt is not None:
-            version = await _aget(
-                self.trainer.load.remote(str(checkpoint_dir(self.out_dir) / "trainer.pt"))
-            )
+            trainer_file = checkpoint_dir(self.out_dir) / ckpt["trainer_file"]
+            version = await _aget(self.trainer.load.remote(str(trainer_file)))
+            if version != int(ckpt["version"]):  # a pair a crash tore (before 2026-12-07)
+                raise InputError(
+                    str(trainer_file),
+                    f"holds weight version {version}, driver.json version {ckpt['version']}",
+                    field="version",
+                )
             trained_steps = int(ckpt["trained_steps"])
             step_metrics = list(ckpt["step_metrics"])
             expected_rollout_s = float(ckpt["expected_rollout_s"])
@@ -249,6 +255,7 @@ class RunDriver:
                     self._handle(ev.TrainingWants(self.now(), tuple(sorted(lent)), deadline))
                     while lent and self.now() < deadline:  # parks finish, returns noted
                         await asyncio.sleep(0.05)
+                await self.pipeline.checkpointed()  # the last step's checkpoint is whole
             finally:
                 pump.cancel()
         return self._finish()

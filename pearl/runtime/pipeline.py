@@ -20,7 +20,12 @@ from pearl.control.plan import config_of
 from pearl.control.state import Gpu, Status
 from pearl.report.rundir import RunRecorder
 from pearl.runtime.lending import TrainingLending
-from pearl.runtime.run_checkpoint import read_checkpoint, write_checkpoint
+from pearl.runtime.run_checkpoint import (
+    prune_trainer_files,
+    read_checkpoint,
+    trainer_file_name,
+    write_checkpoint,
+)
 from pearl.runtime.run_config import RunConfig
 from pearl.runtime.trajectory import RuntimeTrajectory
 
@@ -81,6 +86,7 @@ class TrainingPipeline:
         self.step_makespan: dict[int, float] = {}
         self.step_predicted: dict[int, float | None] = {}
         self.training = False
+        self._checkpointing: asyncio.Task[None] | None = None  # the last checkpoint's write
 
     @property
     def done(self) -> bool:
@@ -170,19 +176,38 @@ class TrainingPipeline:
             self.emit(ev.TrainingIdle(self.now(), free, self.now() + self.expected_rollout_s))
 
     def save_checkpoint(self) -> None:
+        """The trainer writes this version's file; driver.json, naming it, is written once
+        the file is whole and after the previous checkpoint's, then older trainer files go
+        (`pearl.runtime.run_checkpoint`). Training goes on meanwhile."""
         d = checkpoint_dir(self.out_dir)
         d.mkdir(parents=True, exist_ok=True)
-        self.trainer.save.remote(str(d / "trainer.pt"))
+        name = trainer_file_name(self.version)
+        saved: Any = self.trainer.save.remote(str(d / name))
         done = [t.to_json() for t in self.world.trajs.values() if t.done and t.step >= self.version]
         doc = {
             "trained_steps": self.trained_steps,
             "version": self.version,
             "time_s": self.now(),
             "expected_rollout_s": self.expected_rollout_s,
-            "step_metrics": self.step_metrics,
+            "step_metrics": list(self.step_metrics),
             "done_trajectories": done,
+            "trainer_file": name,
         }
-        write_checkpoint(d, doc)
+        previous = self._checkpointing
+
+        async def commit() -> None:
+            if previous is not None:
+                await previous
+            await _aget(saved)
+            write_checkpoint(d, doc)
+            prune_trainer_files(d, keep=name)
+
+        self._checkpointing = asyncio.get_running_loop().create_task(commit())
+
+    async def checkpointed(self) -> None:
+        """Wait until the last checkpoint is written (the end of a run)."""
+        if self._checkpointing is not None:
+            await self._checkpointing
 
 
 async def _aget(ref: Any) -> Any:

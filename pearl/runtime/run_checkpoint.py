@@ -1,8 +1,11 @@
 """The driver's checkpoint document (`pearl run --resume`): written atomically each step.
 
 It holds the trained step count, weight version, clock, per-step metrics and the finished
-trajectories of batches not yet trained; the trainer writes its own weights and optimiser
-state beside it (`trainer.pt`).
+trajectories of batches not yet trained, and names the file beside it where the trainer
+wrote its weights and optimiser state for that version (`trainer-<version>.pt`; run
+directories written before 2026-12-07 have one `trainer.pt`). The driver writes the document
+only once that file is whole, and removes older trainer files after, so a crash at any
+moment leaves a document whose trainer file is complete and of its version.
 """
 
 from __future__ import annotations
@@ -14,6 +17,12 @@ from typing import Any
 from pearl.errors import InputError
 
 DRIVER_FILE = "driver.json"
+LEGACY_TRAINER_FILE = "trainer.pt"
+
+
+def trainer_file_name(version: int) -> str:
+    """The trainer's checkpoint file of weight version `version`."""
+    return f"trainer-{version}.pt"
 
 
 def write_checkpoint(directory: Path, doc: dict[str, Any]) -> None:
@@ -45,4 +54,18 @@ def read_checkpoint(directory: Path) -> dict[str, Any] | None:
     ):
         if key not in doc:
             raise InputError(str(path), "missing entry", field=key)
+    name = doc.setdefault("trainer_file", LEGACY_TRAINER_FILE)
+    if not isinstance(name, str) or Path(name).name != name or not name:
+        raise InputError(str(path), f"not a file name: {name!r}", field="trainer_file")
+    if not (directory / name).is_file():
+        raise InputError(
+            str(directory / name), "the trainer checkpoint driver.json names is missing"
+        )
     return doc
+
+
+def prune_trainer_files(directory: Path, keep: str) -> None:
+    """Remove every trainer checkpoint file in `directory` but `keep`."""
+    for path in (*directory.glob("trainer-*.pt"), directory / LEGACY_TRAINER_FILE):
+        if path.name != keep and path.is_file():
+            path.unlink()

@@ -150,6 +150,14 @@ def test_report_is_written(run_dir):
     assert "Elasticity" in report or "preemption" in report
     for f in ("config.yaml", "telemetry.jsonl", "decisions.jsonl", "metrics.json", "timeline.png"):
         assert (out / f).exists(), f
+    # the last checkpoint is whole at the end: driver.json and the one trainer file it names,
+    # of its version
+    ckpt = json.loads((out / "checkpoint" / "driver.json").read_text())
+    assert ckpt["version"] == summary["final_version"] == NUM_STEPS
+    assert (
+        sorted(p.name for p in (out / "checkpoint").glob("trainer*")) == [f"trainer-{NUM_STEPS}.pt"]
+        and ckpt["trainer_file"] == f"trainer-{NUM_STEPS}.pt"
+    )
     # every event the controller ignored is in decisions.jsonl with why, not only counted
     docs = _lines(out / "decisions.jsonl")
     assert_decision_lines(docs)

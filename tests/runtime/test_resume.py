@@ -74,4 +74,7 @@ def test_resume_after_kill_continues_without_loss_or_duplicates(tmp_path):
         assert len(set(row["trajectory_ids"])) == 8
         assert all(t.startswith(f"s{step}-") for t in row["trajectory_ids"])
     assert killed_at >= 2
+    ckpt = json.loads((out / "checkpoint" / "driver.json").read_text())
+    assert ckpt["version"] == 4 and ckpt["trainer_file"] == "trainer-4.pt"
+    assert [p.name for p in (out / "checkpoint").glob("trainer*")] == ["trainer-4.pt"]
     assert any(e["kind"] == "resume" for e in _lines(out / "events.jsonl"))

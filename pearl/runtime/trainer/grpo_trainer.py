@@ -209,7 +209,9 @@ class GRPOTrainer:
         try:
             doc = torch.load(path, map_location=self.device, weights_only=True)
         except Exception as err:  # torch raises many types for a corrupt file
-            raise InputError(str(path), f"not a trainer checkpoint: {err}") from None
+            raise InputError(
+                str(path), f"not a trainer checkpoint: torch.load failed ({type(err).__name__})"
+            ) from None
         for key in ("model", "optimizer", "version"):
             if key not in doc:
                 raise InputError(str(path), "missing entry", field=key)

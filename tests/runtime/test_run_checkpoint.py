@@ -1,0 +1,53 @@
+"""The driver's checkpoint and the trainer file it names (`pearl run --resume`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pearl.errors import InputError
+from pearl.runtime.run_checkpoint import (
+    prune_trainer_files,
+    read_checkpoint,
+    trainer_file_name,
+    write_checkpoint,
+)
+
+DOC = {
+    "trained_steps": 3,
+    "version": 3,
+    "time_s": 12.5,
+    "expected_rollout_s": 4.0,
+    "step_metrics": [],
+    "done_trajectories": [],
+}
+
+
+def test_the_document_names_its_trainer_file(tmp_path: Path) -> None:
+    (tmp_path / trainer_file_name(3)).write_bytes(b"w")
+    write_checkpoint(tmp_path, {**DOC, "trainer_file": trainer_file_name(3)})
+    assert read_checkpoint(tmp_path)["trainer_file"] == "trainer-3.pt"
+
+
+def test_a_run_directory_of_the_old_layout_reads_trainer_pt(tmp_path: Path) -> None:
+    (tmp_path / "trainer.pt").write_bytes(b"w")
+    write_checkpoint(tmp_path, DOC)
+    assert read_checkpoint(tmp_path)["trainer_file"] == "trainer.pt"
+
+
+def test_a_missing_or_odd_trainer_file_is_named(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path, {**DOC, "trainer_file": trainer_file_name(3)})
+    with pytest.raises(InputError, match="trainer-3.pt.*missing"):
+        read_checkpoint(tmp_path)
+    (tmp_path / "driver.json").write_text(json.dumps({**DOC, "trainer_file": "../x.pt"}))
+    with pytest.raises(InputError, match="trainer_file"):
+        read_checkpoint(tmp_path)
+
+
+def test_pruning_keeps_only_the_named_file(tmp_path: Path) -> None:
+    for name in ("trainer.pt", trainer_file_name(1), trainer_file_name(2), "driver.json"):
+        (tmp_path / name).write_bytes(b"x")
+    prune_trainer_files(tmp_path, keep=trainer_file_name(2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver.json", "trainer-2.pt"]
