@@ -32,3 +32,30 @@ def test_path_errors_survive_pickling_as_their_own_class() -> None:
             "changes[3].time_s",
             "time_s",
         )
+
+
+def test_an_input_error_raised_in_a_ray_actor_is_one_line() -> None:
+    """Ray re-raises an actor's exception as an instance of its class whose text carries
+    the remote traceback, the original in `.cause`; the CLI prints the original's line."""
+    import typer
+    from typer.testing import CliRunner
+
+    from pearl.cli.output import guarded
+
+    cause = InputError("/runs/r/checkpoint/trainer-3.pt", "trainer checkpoint not found")
+
+    class RemoteError(InputError):
+        def __init__(self) -> None:
+            super().__init__("ray::TrainerActor.load()", 'File "actor.py", line 95\n  ...')
+            self.cause = cause
+
+    app = typer.Typer()
+
+    @app.command()
+    @guarded
+    def load() -> None:
+        raise RemoteError()
+
+    res = CliRunner().invoke(app, [])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == f"error: {cause}"
