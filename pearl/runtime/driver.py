@@ -87,10 +87,10 @@ class RunDriver:
         cfg = self.cfg
         # bad input is refused before anything is started or written
         self.node_actions = load_node_actions(cfg, self.config_dir)
-        if cfg.model.checkpoint_dir is not None:
-            from pearl.runtime.engine import ModelConfig
+        if cfg.model.checkpoint_dir is not None:  # config.json and the weights' headers
+            from pearl.runtime.engine.checkpoint import check_checkpoint
 
-            ModelConfig.from_json_file(Path(cfg.model.checkpoint_dir) / "config.json")
+            check_checkpoint(cfg.model.checkpoint_dir)
         ckpt = load_checkpoint(self.out_dir) if self.resume else None
         self.recorder = RunRecorder(self.out_dir, dump_run_config(cfg), resume=self.resume)
         self.run_log = RunLog(self.recorder, self.now)

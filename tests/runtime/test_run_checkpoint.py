@@ -51,3 +51,19 @@ def test_pruning_keeps_only_the_named_file(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(b"x")
     prune_trainer_files(tmp_path, keep=trainer_file_name(2))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["driver.json", "trainer-2.pt"]
+
+
+def test_a_corrupt_model_checkpoint_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """Before, the trainer actor died reading it: a traceback, and a run directory."""
+    from pearl.runtime import driver
+    from pearl.runtime.engine import LLMEngine, ModelConfig
+    from pearl.runtime.engine.checkpoint import save_checkpoint
+    from pearl.runtime.run_config import RunConfig
+
+    tiny = ModelConfig.tiny()
+    ckpt = save_checkpoint(tmp_path / "ckpt", tiny, LLMEngine(tiny).state_dict())
+    (ckpt / "model.safetensors").write_bytes(b"not a safetensors file")
+    cfg = RunConfig.model_validate({"model": {"checkpoint_dir": str(ckpt)}})
+    with pytest.raises(InputError, match="model.safetensors"):
+        driver.run(cfg, out_dir=tmp_path / "run", live=False)
+    assert not (tmp_path / "run").exists()

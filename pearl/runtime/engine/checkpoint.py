@@ -131,6 +131,32 @@ def _safetensor_files(ckpt: Path) -> list[Path]:
     return files
 
 
+def check_checkpoint(checkpoint_dir: str | Path) -> ModelConfig:
+    """What `load_checkpoint` checks, from the files' headers alone (no weight is read):
+    config.json, every safetensors file readable, every tensor's name and shape. A run
+    calls it before it starts anything, so a bad checkpoint is one line, not an actor's
+    death."""
+    from safetensors import safe_open
+
+    ckpt = Path(checkpoint_dir)
+    if not ckpt.is_dir():
+        raise InputError(str(ckpt), "checkpoint directory not found")
+    cfg = ModelConfig.from_json_file(ckpt / "config.json")
+    sd: dict[str, torch.Tensor] = {}
+    file_of: dict[str, str] = {}
+    for f in _safetensor_files(ckpt):
+        try:
+            with safe_open(str(f), framework="pt") as handle:
+                for name in handle.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                    shape = handle.get_slice(name).get_shape()
+                    sd[name] = torch.empty(shape, device="meta")
+                    file_of[name] = str(f)
+        except (SafetensorError, OSError, ValueError) as err:
+            raise InputError(str(f), f"cannot read safetensors file: {err}") from None
+    normalize_state_dict(cfg, sd, source=str(ckpt), file_of=file_of)
+    return cfg
+
+
 def load_checkpoint(
     checkpoint_dir: str | Path, *, dtype: torch.dtype | None = None
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:

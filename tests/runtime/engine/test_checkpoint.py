@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from pearl.errors import InputError
 from pearl.runtime.engine import LLMEngine, ModelConfig, SamplingParams
-from pearl.runtime.engine.checkpoint import load_checkpoint, save_checkpoint
+from pearl.runtime.engine.checkpoint import check_checkpoint, load_checkpoint, save_checkpoint
 
 from .conftest import hf_model
 
@@ -55,39 +55,50 @@ def test_per_expert_moe_layout_is_fused(tmp_path) -> None:
     assert all(torch.equal(loaded[k], v) for k, v in sd.items())
 
 
+# every bad checkpoint is refused alike by the loader and by the header check a run makes
+# before it starts anything
+READERS = pytest.mark.parametrize(
+    "read", [load_checkpoint, check_checkpoint], ids=["load", "headers"]
+)
+
+
 @pytest.fixture
 def good_ckpt(tmp_path):
     cfg = ModelConfig.tiny()
     return save_checkpoint(tmp_path / "ckpt", cfg, LLMEngine(cfg).state_dict())
 
 
-def test_missing_config_json(good_ckpt) -> None:
+@READERS
+def test_missing_config_json(good_ckpt, read) -> None:
     (good_ckpt / "config.json").unlink()
     with pytest.raises(InputError, match="config.json"):
-        load_checkpoint(good_ckpt)
+        read(good_ckpt)
 
 
-def test_missing_weights_file(good_ckpt) -> None:
+@READERS
+def test_missing_weights_file(good_ckpt, read) -> None:
     (good_ckpt / "model.safetensors").unlink()
     with pytest.raises(InputError, match="no \\*.safetensors"):
-        load_checkpoint(good_ckpt)
+        read(good_ckpt)
 
 
-def test_missing_shard_from_index(good_ckpt) -> None:
+@READERS
+def test_missing_shard_from_index(good_ckpt, read) -> None:
     index = {"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}}
     (good_ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(InputError) as err:
-        load_checkpoint(good_ckpt)
+        read(good_ckpt)
     assert "model-00002-of-00002.safetensors" in str(err.value)
 
 
-def test_missing_tensor_is_named(good_ckpt) -> None:
+@READERS
+def test_missing_tensor_is_named(good_ckpt, read) -> None:
     path = good_ckpt / "model.safetensors"
     sd = load_file(str(path))
     del sd["model.layers.1.self_attn.k_norm.weight"]
     save_file(sd, str(path))
     with pytest.raises(InputError) as err:
-        load_checkpoint(good_ckpt)
+        read(good_ckpt)
     assert err.value.field == "model.layers.1.self_attn.k_norm.weight"
 
 
@@ -100,12 +111,30 @@ def test_wrong_shape_names_file_and_tensor(good_ckpt) -> None:
         LLMEngine(checkpoint_dir=good_ckpt)
     assert err.value.field == "model.layers.0.mlp.up_proj.weight"
     assert err.value.source.endswith("model.safetensors") and "[3, 3]" in str(err.value)
+    with pytest.raises(InputError) as err:
+        check_checkpoint(good_ckpt)
+    assert err.value.field == "model.layers.0.mlp.up_proj.weight" and "[3, 3]" in str(err.value)
 
 
-def test_corrupt_safetensors_file(good_ckpt) -> None:
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_the_header_check_passes_a_good_checkpoint_without_reading_weights(
+    tmp_path, monkeypatch, moe: bool
+) -> None:
+    cfg = ModelConfig.tiny(moe=moe)
+    hf_model(cfg).save_pretrained(tmp_path)  # MoE experts per expert, as on the Hub
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the header check read weights")
+
+    monkeypatch.setattr("pearl.runtime.engine.checkpoint.load_file", no_weights)
+    assert check_checkpoint(tmp_path).is_moe == moe
+
+
+@READERS
+def test_corrupt_safetensors_file(good_ckpt, read) -> None:
     (good_ckpt / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(InputError, match="model.safetensors"):
-        load_checkpoint(good_ckpt)
+        read(good_ckpt)
 
 
 @pytest.mark.parametrize(
@@ -118,13 +147,14 @@ def test_corrupt_safetensors_file(good_ckpt) -> None:
         ({"num_key_value_heads": 3}, "num_key_value_heads"),
     ],
 )
-def test_unsupported_config_is_refused(good_ckpt, patch, field) -> None:
+@READERS
+def test_unsupported_config_is_refused(good_ckpt, read, patch, field) -> None:
     path = good_ckpt / "config.json"
     cfg = json.loads(path.read_text())
     cfg.update(patch)
     path.write_text(json.dumps(cfg))
     with pytest.raises(InputError) as err:
-        load_checkpoint(good_ckpt)
+        read(good_ckpt)
     assert err.value.field == field and err.value.source.endswith("config.json")
 
 
