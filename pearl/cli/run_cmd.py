@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from pearl.cli import sim_config as opts
-from pearl.cli.output import console, err_console, guarded, print_json
+from pearl.cli.output import DEBUG, console, err_console, guarded, print_json
 from pearl.errors import InputError
 
 
@@ -154,6 +154,21 @@ def register(app: typer.Typer) -> None:
                 soft_wrap=True,
             )
             raise typer.Exit(code=130) from None
+        except (InputError, FileNotFoundError):
+            raise  # bad input: one line from `guarded`
+        except Exception as err:  # a crash mid-run (an actor died, a bug): what is kept
+            if DEBUG["on"]:
+                raise
+            first = (str(err).strip().splitlines() or [""])[0]
+            err_console.print(
+                f"error: the run stopped: {type(err).__name__}: {first}\n"
+                f"what it finished is kept: pearl run --resume {out_dir} goes on from its last "
+                f"checkpoint, pearl report {out_dir} reports it; pearl --debug run ... shows "
+                "the traceback",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(code=1) from None
         doc: dict[str, Any] = dict(summary or {})
         doc.setdefault("out_dir", str(out_dir))
         doc.setdefault("report", str(Path(out_dir) / REPORT_FILE))

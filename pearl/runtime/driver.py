@@ -266,9 +266,18 @@ class RunDriver:
         clock = WallClock(
             self.queue, self.now, self.player, stale=self.world.trajectories.flights.is_stale
         )
-        await drive(
-            clock, self._handle, done=lambda: self.pipeline.done, after_step=self._refresh_live
+        loop = asyncio.get_running_loop().create_task(
+            drive(
+                clock, self._handle, done=lambda: self.pipeline.done, after_step=self._refresh_live
+            )
         )
+        failure = self.pipeline.failure
+        waiters: set[asyncio.Future[Any]] = {loop, failure}
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if failure.done():  # the trainer died or a checkpoint could not be written
+            loop.cancel()
+            raise failure.result()
+        await loop
 
     def _handle(self, event: Any) -> None:
         before = self.controller.state

@@ -87,6 +87,9 @@ class TrainingPipeline:
         self.step_predicted: dict[int, float | None] = {}
         self.training = False
         self._checkpointing: asyncio.Task[None] | None = None  # the last checkpoint's write
+        # the first failure of a training-side task (the trainer died, a write failed): the
+        # run cannot go on, and the driver stops with it
+        self.failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
     @property
     def done(self) -> bool:
@@ -110,9 +113,19 @@ class TrainingPipeline:
         self.expected_rollout_s = 0.7 * self.expected_rollout_s + 0.3 * makespan
         self.ready_steps[step] = (trajs, records)
         self.step_makespan[step] = makespan
-        loop = asyncio.get_running_loop()
-        loop.create_task(self._publish_step(step, records))
+        self._spawn(self._publish_step(step, records))
         self.maybe_train()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        """A training-side task whose failure stops the run (`failure`)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None or self.failure.done():
+            return
+        self.failure.set_result(task.exception())  # type: ignore[arg-type]
 
     async def _publish_step(self, step: int, records: list[Any]) -> None:
         _, worker_steps = await self.world.drain_telemetry()
@@ -127,7 +140,7 @@ class TrainingPipeline:
             self.lending.ask_back(self.cfg.trainer.return_grace_s)
             return
         self.training = True
-        asyncio.get_running_loop().create_task(self._train(step))
+        self._spawn(self._train(step))
 
     async def _train(self, step: int) -> None:
         trajs, _ = self.ready_steps.pop(step)
@@ -181,12 +194,13 @@ class TrainingPipeline:
         (`pearl.runtime.run_checkpoint`). Training goes on meanwhile."""
         d = checkpoint_dir(self.out_dir)
         d.mkdir(parents=True, exist_ok=True)
-        name = trainer_file_name(self.version)
+        doc_version = self.version
+        name = trainer_file_name(doc_version)
         saved: Any = self.trainer.save.remote(str(d / name))
         done = [t.to_json() for t in self.world.trajs.values() if t.done and t.step >= self.version]
         doc = {
             "trained_steps": self.trained_steps,
-            "version": self.version,
+            "version": doc_version,
             "time_s": self.now(),
             "expected_rollout_s": self.expected_rollout_s,
             "step_metrics": list(self.step_metrics),
@@ -200,9 +214,9 @@ class TrainingPipeline:
                 await previous
             await _aget(saved)
             write_checkpoint(d, doc)
-            prune_trainer_files(d, keep=name)
+            prune_trainer_files(d, doc_version)
 
-        self._checkpointing = asyncio.get_running_loop().create_task(commit())
+        self._checkpointing = self._spawn(commit())
 
     async def checkpointed(self) -> None:
         """Wait until the last checkpoint is written (the end of a run)."""

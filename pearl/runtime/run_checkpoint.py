@@ -64,8 +64,14 @@ def read_checkpoint(directory: Path) -> dict[str, Any] | None:
     return doc
 
 
-def prune_trainer_files(directory: Path, keep: str) -> None:
-    """Remove every trainer checkpoint file in `directory` but `keep`."""
-    for path in (*directory.glob("trainer-*.pt"), directory / LEGACY_TRAINER_FILE):
-        if path.name != keep and path.is_file():
+def prune_trainer_files(directory: Path, version: int) -> None:
+    """Remove the trainer checkpoint files of versions older than `version` (a newer one
+    may already be written, for a checkpoint not yet committed)."""
+    old = [directory / LEGACY_TRAINER_FILE]
+    for path in directory.glob("trainer-*.pt"):
+        v = path.name[len("trainer-") : -len(".pt")]
+        if v.isdigit() and int(v) < version:
+            old.append(path)
+    for path in old:
+        if path.is_file():
             path.unlink()

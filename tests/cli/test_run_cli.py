@@ -260,3 +260,25 @@ def test_show_config_prints_what_would_run_and_runs_nothing(tmp_path, calls):
     res = runner.invoke(app, ["run", "--resume", str(out), "--show-config"])
     assert res.exit_code == 0 and load_run_config(out / "config.yaml").env.num_hosts == 3
     assert yaml.safe_load(res.stdout)["env"]["num_hosts"] == 3
+
+
+def test_a_crash_mid_run_says_what_is_kept_and_how_to_go_on(tmp_path, monkeypatch):
+    """An actor's death or a bug mid-run: one message with the resume command (exit 1);
+    `pearl --debug` raises it with its traceback."""
+    from pearl.cli import output
+
+    def crash(cfg, *, out_dir, resume, live):
+        raise RuntimeError("ray::TrainerActor.train() (pid=1)\n  File ...")
+
+    fake = types.ModuleType("pearl.runtime.driver")
+    fake.run = crash
+    monkeypatch.setitem(sys.modules, "pearl.runtime.driver", fake)
+    monkeypatch.setattr(pearl.runtime, "driver", fake, raising=False)
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", str(_config(tmp_path)), "--out", str(out), "--no-live"])
+    assert res.exit_code == 1
+    assert "the run stopped: RuntimeError: ray::TrainerActor.train() (pid=1)" in res.stderr
+    assert f"pearl run --resume {out}" in res.stderr and "File ..." not in res.stderr
+    monkeypatch.setitem(output.DEBUG, "on", False)  # restored after the --debug call
+    args = ["--debug", "run", str(_config(tmp_path)), "--out", str(tmp_path / "b")]
+    assert isinstance(runner.invoke(app, args).exception, RuntimeError)

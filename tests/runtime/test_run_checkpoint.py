@@ -46,11 +46,17 @@ def test_a_missing_or_odd_trainer_file_is_named(tmp_path: Path) -> None:
         read_checkpoint(tmp_path)
 
 
-def test_pruning_keeps_only_the_named_file(tmp_path: Path) -> None:
-    for name in ("trainer.pt", trainer_file_name(1), trainer_file_name(2), "driver.json"):
+def test_pruning_removes_only_older_versions(tmp_path: Path) -> None:
+    """A newer file may already be written for a checkpoint not yet committed: it stays."""
+    names = ("trainer.pt", *(trainer_file_name(v) for v in (1, 2, 3, 10)), "driver.json")
+    for name in names:
         (tmp_path / name).write_bytes(b"x")
-    prune_trainer_files(tmp_path, keep=trainer_file_name(2))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver.json", "trainer-2.pt"]
+    prune_trainer_files(tmp_path, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "driver.json",
+        "trainer-10.pt",
+        "trainer-3.pt",
+    ]
 
 
 def test_a_corrupt_model_checkpoint_is_refused_before_anything_starts(tmp_path: Path) -> None:
