@@ -41,6 +41,12 @@ def _pipeline(out: Path, saves: _Saves) -> TrainingPipeline:
     )  # fmt: skip
 
 
+def _checkpoint(p: TrainingPipeline, version: int) -> None:
+    """The pipeline checkpoints after training step `version` (weights of that version)."""
+    p.version = p.trained_steps = version
+    p.save_checkpoint()
+
+
 async def _settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
@@ -51,10 +57,8 @@ def test_driver_json_follows_whole_trainer_files_in_order(tmp_path: Path) -> Non
         saves = _Saves()
         p = _pipeline(tmp_path, saves)
         ckpt = tmp_path / "checkpoint"
-        p.version, p.trained_steps = 1, 1
-        p.save_checkpoint()
-        p.version, p.trained_steps = 2, 2
-        p.save_checkpoint()
+        _checkpoint(p, 1)
+        _checkpoint(p, 2)
         saves.finish(1)  # version 2's file is whole first
         await _settle()
         assert not (ckpt / "driver.json").exists()  # version 1's is not written yet
@@ -73,12 +77,10 @@ def test_a_failed_save_stops_the_run_and_keeps_the_last_pair(tmp_path: Path) -> 
         saves = _Saves()
         p = _pipeline(tmp_path, saves)
         ckpt = tmp_path / "checkpoint"
-        p.version, p.trained_steps = 1, 1
-        p.save_checkpoint()
+        _checkpoint(p, 1)
         saves.finish(0)
         await _settle()
-        p.version, p.trained_steps = 2, 2
-        p.save_checkpoint()
+        _checkpoint(p, 2)
         saves.pending[1][1].set_exception(RuntimeError("the trainer died"))
         await _settle()
         assert p.failure.done() and "the trainer died" in str(p.failure.result())

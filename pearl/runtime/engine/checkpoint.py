@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -136,31 +137,36 @@ def check_checkpoint(checkpoint_dir: str | Path) -> ModelConfig:
     config.json, every safetensors file readable, every tensor's name and shape. A run
     calls it before it starts anything, so a bad checkpoint is one line, not an actor's
     death."""
-    from safetensors import safe_open
-
-    ckpt = Path(checkpoint_dir)
-    if not ckpt.is_dir():
-        raise InputError(str(ckpt), "checkpoint directory not found")
-    cfg = ModelConfig.from_json_file(ckpt / "config.json")
-    sd: dict[str, torch.Tensor] = {}
-    file_of: dict[str, str] = {}
-    for f in _safetensor_files(ckpt):
-        try:
-            with safe_open(str(f), framework="pt") as handle:
-                for name in handle.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
-                    shape = handle.get_slice(name).get_shape()
-                    sd[name] = torch.empty(shape, device="meta")
-                    file_of[name] = str(f)
-        except (SafetensorError, OSError, ValueError) as err:
-            raise InputError(str(f), f"cannot read safetensors file: {err}") from None
-    normalize_state_dict(cfg, sd, source=str(ckpt), file_of=file_of)
-    return cfg
+    return _read(checkpoint_dir, _meta_tensors)[0]
 
 
 def load_checkpoint(
     checkpoint_dir: str | Path, *, dtype: torch.dtype | None = None
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """Read config.json and the safetensors weights of an HF-style checkpoint directory."""
+
+    def tensors(f: Path) -> dict[str, torch.Tensor]:
+        loaded = load_file(str(f))
+        return loaded if dtype is None else {k: t.to(dtype) for k, t in loaded.items()}
+
+    return _read(checkpoint_dir, tensors)
+
+
+def _meta_tensors(f: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors as shapes on the meta device (its header alone)."""
+    from safetensors import safe_open
+
+    with safe_open(str(f), framework="pt") as handle:
+        return {
+            name: torch.empty(handle.get_slice(name).get_shape(), device="meta")
+            for name in handle.keys()  # noqa: SIM118 (a safetensors handle, not a dict)
+        }
+
+
+def _read(
+    checkpoint_dir: str | Path, tensors_of: Callable[[Path], dict[str, torch.Tensor]]
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """config.json, then each weight file's tensors (`tensors_of`), checked against it."""
     ckpt = Path(checkpoint_dir)
     if not ckpt.is_dir():
         raise InputError(str(ckpt), "checkpoint directory not found")
@@ -169,12 +175,11 @@ def load_checkpoint(
     file_of: dict[str, str] = {}
     for f in _safetensor_files(ckpt):
         try:
-            tensors = load_file(str(f))
+            tensors = tensors_of(f)
         except (SafetensorError, OSError, ValueError) as err:
             raise InputError(str(f), f"cannot read safetensors file: {err}") from None
-        for name, t in tensors.items():
-            sd[name] = t if dtype is None else t.to(dtype)
-            file_of[name] = str(f)
+        sd.update(tensors)
+        file_of.update(dict.fromkeys(tensors, str(f)))
     return cfg, normalize_state_dict(cfg, sd, source=str(ckpt), file_of=file_of)
 
 
