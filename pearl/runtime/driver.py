@@ -92,6 +92,14 @@ class RunDriver:
 
             check_checkpoint(cfg.model.checkpoint_dir)
         ckpt = load_checkpoint(self.out_dir) if self.resume else None
+        if ckpt is not None and int(ckpt["trained_steps"]) >= cfg.trainer.num_steps:
+            done = int(ckpt["trained_steps"])  # resuming would only overwrite its summary
+            raise InputError(
+                str(self.out_dir),
+                f"the run already trained all {done} steps of trainer.num_steps "
+                f"{cfg.trainer.num_steps}; --steps N with N > {done} trains further",
+                field="--steps",
+            )
         self.recorder = RunRecorder(self.out_dir, dump_run_config(cfg), resume=self.resume)
         self.run_log = RunLog(self.recorder, self.now)
         self._start_ray()
