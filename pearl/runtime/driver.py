@@ -13,6 +13,7 @@ trains), records everything in the run directory and checkpoints after every ste
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
@@ -82,7 +83,7 @@ class RunDriver:
 
     # -- set-up ---------------------------------------------------------------------------
     async def main(self) -> dict[str, Any]:
-        from pearl.report.rundir import RunRecorder
+        from pearl.report.rundir import METRICS_FILE, RunRecorder
 
         cfg = self.cfg
         # bad input is refused before anything is started or written
@@ -93,13 +94,17 @@ class RunDriver:
             check_checkpoint(cfg.model.checkpoint_dir)
         ckpt = load_checkpoint(self.out_dir) if self.resume else None
         if ckpt is not None and int(ckpt["trained_steps"]) >= cfg.trainer.num_steps:
-            done = int(ckpt["trained_steps"])  # resuming would only overwrite its summary
-            raise InputError(
-                str(self.out_dir),
-                f"the run already trained all {done} steps of trainer.num_steps "
-                f"{cfg.trainer.num_steps}; --steps N with N > {done} trains further",
-                field="--steps",
-            )
+            # a finished run: resuming would train nothing and overwrite its summary, so
+            # its summary is the answer (one killed after its last step, before its
+            # summary was written, does go on: that ends the run and writes the summary)
+            kept = _finished_summary(self.out_dir / METRICS_FILE)
+            if kept is not None:
+                done = int(ckpt["trained_steps"])
+                kept["note"] = (
+                    f"the run had already trained all {done} steps: nothing was run or "
+                    f"changed; --steps N with N > {done} trains further"
+                )
+                return kept
         self.recorder = RunRecorder(self.out_dir, dump_run_config(cfg), resume=self.resume)
         self.run_log = RunLog(self.recorder, self.now)
         self._start_ray()
@@ -364,6 +369,15 @@ class RunDriver:
             self.cluster.shutdown()
         elif ray.is_initialized():
             ray.shutdown()
+
+
+def _finished_summary(path: Path) -> dict[str, Any] | None:
+    """The summary a finished run wrote in metrics.json; None if there is none to read."""
+    try:
+        summary = json.loads(path.read_text())["summary"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return summary if isinstance(summary, dict) else None
 
 
 async def _aget(ref: Any) -> Any:
