@@ -1,4 +1,6 @@
-"""`pearl profile fit`: telemetry JSONL -> workload profile JSON (paper §4.1.1, §4.3)."""
+"""`pearl profile fit`: telemetry JSONL -> workload profile JSON (paper §4.1.1, §4.3);
+`pearl profile workload` (the simulated world's workload from the same records) lives in
+`pearl.cli.workload_cmd`."""
 
 from __future__ import annotations
 
@@ -10,15 +12,16 @@ import typer
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, print_json
+from pearl.cli.telemetry_input import read_telemetry
 from pearl.control.profile import HardwarePrior, ProfileError, WorkloadProfile
-from pearl.control.telemetry import TelemetryError
-from pearl.control.telemetry_jsonl import read_jsonl
 from pearl.control.tracker import RuntimeTracker
 from pearl.errors import InputError, read_json
 from pearl.specs import get_gpu, get_model
 
 profile_app = typer.Typer(
-    help="Workload profiles: fit one from telemetry.", no_args_is_help=True, add_completion=False
+    help="Fit from telemetry: the decision engine's profile (fit) or the simulator's workload (workload).",
+    no_args_is_help=True,
+    add_completion=False,
 )
 
 
@@ -45,12 +48,7 @@ def fit_profile(
     alpha: float = 0.5,
 ) -> WorkloadProfile:
     """Fold every rollout step of a telemetry file, in order, into a fresh tracker."""
-    try:
-        tel = read_jsonl(path)
-    except TelemetryError as err:
-        raise InputError(err.source, err.message, location=err.location, field=err.field) from None
-    if not tel.turns:
-        raise InputError(str(path), "no turn records (kind: turn) to fit a profile from")
+    tel = read_telemetry(path, "a profile")
     model = model or tel.meta.model
     gpu = gpu or tel.meta.gpu
     if model is None or gpu is None:
@@ -130,4 +128,7 @@ def fit(
 
 
 def register(app: typer.Typer) -> None:
+    from pearl.cli import workload_cmd
+
+    workload_cmd.register(profile_app)
     app.add_typer(profile_app, name="profile")

@@ -1,0 +1,169 @@
+"""`pearl profile workload`: turn telemetry -> the simulated world's `rollout.workload`.
+
+So a user can ask the simulator whether PEARL pays on their own agent: fit the workload
+from a run's telemetry, then `pearl simulate --config FITTED.yaml` at the scale they plan.
+The fit is `pearl.sim.workload_fit`; this module reads the files and prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from rich.table import Table
+
+from pearl.cli.output import console, err_console, guarded, print_json
+from pearl.cli.telemetry_input import read_telemetry
+from pearl.errors import InputError, read_text
+from pearl.sim.workload_fit import WorkloadFit, WorkloadFitError, fit_workload
+
+TELEMETRY_FILE = "telemetry.jsonl"
+
+
+def run_dir_limits(run_dir: Path) -> tuple[int | None, int | None]:
+    """The length limit and turn cap a run directory's config.yaml ran with: a `pearl run`
+    config (its environment's `max_turns`) or a `pearl simulate --out` one (its workload's);
+    (None, None) without a config.yaml."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None, None
+    try:
+        doc = yaml.safe_load(read_text(path))
+    except yaml.YAMLError:
+        raise InputError(str(path), "not valid YAML") from None
+    if isinstance(doc, dict) and "env" in doc:
+        from pearl.envs.registry import make_env
+        from pearl.runtime.run_config import load_run_config
+
+        run = load_run_config(path)
+        try:
+            env = make_env(run.env.name, **run.env.kwargs)
+        except (KeyError, TypeError, ValueError) as err:
+            raise InputError(str(path), str(err), field="env") from None
+        try:
+            return run.rollout.max_context_tokens, int(env.max_turns)
+        finally:
+            env.close()
+    from pearl.sim.config import load_config
+    from pearl.specs.workload import workload_from_dict
+
+    sim = load_config(path)
+    spec = workload_from_dict(
+        sim.rollout.workload, source=str(path), context_cap_tokens=sim.rollout.max_context_tokens
+    )
+    return sim.rollout.max_context_tokens, spec.max_turns
+
+
+def fit_source(
+    source: Path, *, max_len: int | None = None, max_turns: int | None = None
+) -> tuple[WorkloadFit, Path]:
+    """Fit a telemetry file, or a run directory's telemetry.jsonl within its config's limits
+    (`max_len` / `max_turns` win over them). Returns the fit and the telemetry file read."""
+    path = source
+    if source.is_dir():
+        path = source / TELEMETRY_FILE
+        if not path.is_file():
+            raise InputError(str(source), f"no {TELEMETRY_FILE} in this directory")
+        run_len, run_turns = run_dir_limits(source)
+        max_len = max_len if max_len is not None else run_len
+        max_turns = max_turns if max_turns is not None else run_turns
+    tel = read_telemetry(path, "a workload")
+    try:
+        return fit_workload(tel.turns, max_context_tokens=max_len, max_turns=max_turns), path
+    except WorkloadFitError as err:
+        raise InputError(str(path), str(err)) from None
+
+
+def config_yaml(fit: WorkloadFit, telemetry: Path) -> str:
+    """The fit as a `pearl simulate --config` file, its provenance and notes as comments."""
+    n = fit.samples
+    head = [
+        f"# rollout.workload fitted by `pearl profile workload` from {telemetry}:",
+        f"# {n['trajectories']} trajectories, {n['turns']} turns, "
+        f"{n['environment_steps']} environment steps.",
+        "# Use: pearl simulate --config THIS_FILE [--model M --trace T --batch B ...]",
+        *(f"# note: {note}" for note in fit.notes),
+    ]
+    body = yaml.safe_dump(fit.config(), sort_keys=False)
+    return "\n".join(head) + "\n" + body
+
+
+def _table(fit: WorkloadFit) -> Table:
+    table = Table(title="fitted workload (rollout.workload)")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    table.add_row("rollout.max_context_tokens", str(fit.max_context_tokens))
+    for key, value in fit.workload.items():
+        if isinstance(value, dict):
+            table.add_row(key, _dist(value))
+        elif isinstance(value, list):
+            for comp in value:
+                table.add_row(
+                    f"env_latency.{comp['name']}",
+                    f"weight {comp['weight']:.3f}, median {comp['median_s']:.3g} s, "
+                    f"p95 {comp['p95_s']:.3g} s, max {comp['max_s']:.3g} s",
+                )
+        else:
+            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    return table
+
+
+def _dist(d: dict[str, Any]) -> str:
+    return (
+        f"median {d['median_tokens']:.4g}, p90 {d['p90_tokens']:.4g}, "
+        f"[{d['min_tokens']}, {d['max_tokens']}]"
+    )
+
+
+def register(profile_app: typer.Typer) -> None:
+    @profile_app.command("workload")
+    @guarded
+    def workload(
+        source: Path = typer.Argument(
+            ...,
+            help="Telemetry JSONL (docs/telemetry.md) or a run directory holding one "
+            "(pearl run's, or pearl simulate --out's: its config gives the limits).",
+        ),
+        max_len: int | None = typer.Option(
+            None,
+            "--max-len",
+            help="The run's trajectory length limit, tokens (default: a run directory's "
+            "config, else the longest trajectory seen).",
+        ),
+        max_turns: int | None = typer.Option(
+            None,
+            "--max-turns",
+            help="The run's turn cap (default: a run directory's config, else the most seen).",
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", help="Write the config here (default: print it on stdout)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """Fit the simulator's workload to a run's turns: a config for `pearl simulate --config`."""
+        for name, value in (("--max-len", max_len), ("--max-turns", max_turns)):
+            if value is not None and value < 1:
+                raise InputError("<argument>", f"must be >= 1, got {value}", field=name)
+        fit, telemetry = fit_source(source, max_len=max_len, max_turns=max_turns)
+        text = config_yaml(fit, telemetry)
+        if out is not None:
+            out.write_text(text)
+        if as_json:
+            print_json({"config": fit.config(), "samples": fit.samples, "notes": list(fit.notes)})
+            return
+        if out is None:
+            print(text, end="")
+            for note in fit.notes:
+                err_console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+            return
+        console.print(_table(fit))
+        for note in fit.notes:
+            console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        console.print(
+            f"{fit.samples['trajectories']} trajectories, {fit.samples['turns']} turns; "
+            f"written to {out} (pearl simulate --config {out})",
+            highlight=False,
+            soft_wrap=True,
+        )

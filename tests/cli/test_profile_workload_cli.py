@@ -1,0 +1,116 @@
+"""`pearl profile workload`: a run's turns -> a config `pearl simulate --config` reads, and
+a simulation of the fitted workload runs like the one it was fitted to."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pearl.cli.main import app
+from pearl.envs.registry import make_env
+from pearl.sim.config import config_from_dict, load_config
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TELEMETRY = EXAMPLES / "telemetry.jsonl"
+runner = CliRunner()
+
+
+def _run(args: list[str], code: int = 0):
+    res = runner.invoke(app, [str(a) for a in args])
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output
+    return res
+
+
+def _one_line_error(args: list[str]) -> str:
+    res = _run(args, code=2)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def _tph(args: list[str]) -> float:
+    doc = json.loads(_run(["simulate", *args, "--json"]).stdout)
+    return doc["policies"]["pearl"]["trajs_per_hour"]
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory) -> Path:
+    """One simulated hour of PEARL on 8 GPUs, written as a run directory."""
+    out = tmp_path_factory.mktemp("simrun")
+    _run(["simulate", "--static-gpus", "8", "--duration", "3600", "--policies", "pearl",
+          "--no-bound", "--out", out])  # fmt: skip
+    return out / "pearl"
+
+
+def test_telemetry_file_prints_a_config_and_notes(tmp_path):
+    res = _run(["profile", "workload", TELEMETRY])
+    cfg = config_from_dict(yaml.safe_load(res.stdout), "<stdout>")
+    assert cfg.rollout.workload["env_latency"]
+    assert "length limit not given" in res.stderr and "turn cap not given" in res.stderr
+    assert res.stdout.startswith("# rollout.workload fitted by `pearl profile workload`")
+
+
+def test_json_and_out(tmp_path):
+    out = tmp_path / "fitted.yaml"
+    doc = json.loads(
+        _run(
+            ["profile", "workload", TELEMETRY, "--max-len", "40000", "--out", out, "--json"]
+        ).stdout  # fmt: skip
+    )
+    assert set(doc) == {"config", "samples", "notes"}
+    assert doc["config"]["rollout"]["max_context_tokens"] == 40000
+    assert load_config(out).rollout.max_context_tokens == 40000
+    table = _run(["profile", "workload", TELEMETRY, "--max-len", "40000", "--out", out])
+    assert f"written to {out}" in table.stdout and "run_to_cap_fraction" in table.stdout
+
+
+def test_run_directory_gives_the_limits(sim_run):
+    res = _run(["profile", "workload", sim_run, "--json"])
+    doc = json.loads(res.stdout)
+    assert doc["config"]["rollout"]["max_context_tokens"] == 32768
+    assert doc["config"]["rollout"]["workload"]["max_turns"] == 50
+    assert not any("not given" in n for n in doc["notes"])
+    assert doc["samples"]["trajectories"] > 300
+
+
+def test_the_fitted_workload_simulates_like_the_original(sim_run, tmp_path):
+    """The whole loop a user runs: fit a run's turns, simulate the fit. Two simulated hours
+    on the same seed: trajectories per hour within 5% of the world that wrote the turns
+    (measured: 0.2-1.6% on seeds 1 and 2)."""
+    fitted = tmp_path / "fitted.yaml"
+    _run(["profile", "workload", sim_run, "--out", fitted])
+    common = ["--static-gpus", "8", "--duration", "7200", "--policies", "pearl", "--no-bound",
+              "--seed", "1"]  # fmt: skip
+    assert _tph([*common, "--config", fitted]) == pytest.approx(_tph(common), rel=0.05)
+
+
+def test_pearl_run_directory_takes_its_limits_from_config(tmp_path):
+    """A pearl run directory: the length limit from its config (the demo's 768 tokens, below
+    what the world runs: said, with the way out), the turn cap from its environment."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = _run(["run", EXAMPLES / "demo.yaml", "--show-config"]).stdout
+    (run_dir / "config.yaml").write_text(cfg)
+    (run_dir / "telemetry.jsonl").write_text(TELEMETRY.read_text())
+    line = _one_line_error(["profile", "workload", run_dir])
+    assert "768 tokens" in line and "--max-len" in line
+    doc = json.loads(_run(["profile", "workload", run_dir, "--max-len", "40000", "--json"]).stdout)
+    assert doc["config"]["rollout"]["max_context_tokens"] == 40000
+    env = yaml.safe_load(cfg)["env"]
+    assert doc["config"]["rollout"]["workload"]["max_turns"] == make_env(env["name"]).max_turns
+    assert not any("turn cap not given" in n for n in doc["notes"])
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    assert "nope.jsonl" in _one_line_error(["profile", "workload", tmp_path / "nope.jsonl"])
+    assert "no telemetry.jsonl" in _one_line_error(["profile", "workload", tmp_path])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "turn", "traj_id": "a"}\n')
+    assert "bad.jsonl:line 1" in _one_line_error(["profile", "workload", bad])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert "no turn records" in _one_line_error(["profile", "workload", empty])
+    assert "--max-len" in _one_line_error(["profile", "workload", TELEMETRY, "--max-len", "0"])
