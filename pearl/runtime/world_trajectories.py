@@ -73,6 +73,9 @@ class RayTrajectories:
         self.restored_done: dict[str, RuntimeTrajectory] = {}  # finished before a resume
         self.turn_records: dict[int, list[Any]] = {}
         self.last_record: dict[str, Any] = {}
+        # the record of a turn the controller cancelled after it had finished whole: the
+        # next route completes that turn without running it, and reports this record
+        self.whole_turn_record: dict[str, Any] = {}
         self.flights = Flights(workers.get)
 
     async def pump_env(self) -> None:
@@ -144,7 +147,10 @@ class RayTrajectories:
             # interrupted after its last token: the turn is complete, its env step follows
             turn_ids = traj.finish_turn((), (), traj.partial_versions[-1])
             self._finish_turn_event(
-                c.traj_id, c.decode_worker_id or c.prefill_worker_id, None, flight
+                c.traj_id,
+                c.decode_worker_id or c.prefill_worker_id,
+                self.whole_turn_record.pop(c.traj_id, None),
+                flight,
             )
             self.flights.hold(c.traj_id)  # busy until the env answers
             self.env.submit_step(c.traj_id, self.tok.decode([t for t in turn_ids if t < 256]))
@@ -194,6 +200,8 @@ class RayTrajectories:
             # the controller interrupted it after it had finished: keep it as a whole prefix
             traj.keep_partial(res.token_ids, res.logprobs, res.weight_version)
             traj.partial_complete = True
+            if res.record is not None:
+                self.whole_turn_record[c.traj_id] = res.record
             self._interrupted(c, res, traj, "cancelled by the controller after it finished", flight)
             return
         if res.interrupted or res.error is not None and not _is_length_refusal(res):
@@ -323,6 +331,7 @@ class RayTrajectories:
 
     def traj_done(self, traj: RuntimeTrajectory) -> None:
         self.flights.settle(traj.traj_id)
+        self.whole_turn_record.pop(traj.traj_id, None)
         if traj.done:
             return
         traj.done = True

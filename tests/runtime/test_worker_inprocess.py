@@ -159,3 +159,18 @@ def test_bad_requests_get_error_replies_and_the_worker_keeps_serving() -> None:
     decode = _worker("decode")
     refused = asyncio.run(decode.generate(TurnRequest("z", 0, _prompt(0), GREEDY)))
     assert "needs a prefill result" in refused.error
+
+
+def test_a_turn_that_ends_on_its_prefill_worker_has_its_record() -> None:
+    """A turn whose first token is its last never reaches a decode worker: the prefill
+    worker's answer carries the turn's record (before, the run's telemetry skipped it)."""
+    import dataclasses
+
+    w = _worker("prefill", "p")
+    one = dataclasses.replace(GREEDY, max_new_tokens=1)
+    res = asyncio.run(w.prefill(TurnRequest("t0", 0, _prompt(0), one)))
+    assert not res.needs_decode and res.finish_reason == "length"
+    rec = res.as_turn_result().record
+    assert isinstance(rec, TurnRecord) and rec.roles == ("prefill",)
+    assert (rec.decode_tokens, rec.context_tokens, rec.prefill_worker) == (1, 20, "p")
+    assert rec.decode_worker is None and not rec.interrupted

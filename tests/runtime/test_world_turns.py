@@ -56,6 +56,18 @@ def _world(events, records=None):
     )
 
 
+def _turn_record(traj_id: str, turn: int):
+    from pearl.control.telemetry import turn_record
+
+    return turn_record(
+        traj_id=traj_id, turn=turn, step=0, weight_version=4, prefill_worker="w0",
+        decode_worker="w1", roles=("prefill", "decode"), context_tokens=3,
+        cached_prefix_tokens=0, decode_tokens=2, t_queued_s=0.0, t_prefill_start_s=0.1,
+        t_prefill_end_s=0.2, t_kv_start_s=0.2, t_kv_end_s=0.3, t_decode_start_s=0.3,
+        t_decode_end_s=0.5,
+    )  # fmt: skip
+
+
 class _FakeHandle:
     def __init__(self):
         self.interrupted = []
@@ -78,6 +90,7 @@ def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
     w1 = _FakeHandle()
     world.workers.update({"w0": _FakeHandle(), "w1": w1})
     calls, steps = [], []
+    rec = _turn_record("s0-g0-0", 0)
     world.env.submit_step = lambda tid, text: steps.append((tid, text))
 
     async def scenario():
@@ -89,7 +102,7 @@ def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
         async def run_turn(req, c):
             calls.append(req.request_id)
             await gate.wait()
-            return TR(req.traj_id, req.turn, (65, 66), (-0.1, -0.2), "stop", "w1", 4)
+            return TR(req.traj_id, req.turn, (65, 66), (-0.1, -0.2), "stop", "w1", 4, record=rec)
 
         world.trajectories.run_turn = run_turn
         first = world.trajectories.route(cmd.Route("s0-g0-0", "w0", "w1"))
@@ -114,6 +127,9 @@ def test_a_turn_cancelled_after_it_finished_is_kept_whole_and_not_continued():
     # first turn's event is stale at delivery, the second route's is not
     flights = world.trajectories.flights
     assert [flights.is_stale(e) for e in events] == [True, False]
+    # the turn ran once, on w0 -> w1: its record is the telemetry of the turn the second
+    # route completes (without it the run's telemetry skipped this turn)
+    assert events[1].record is rec and world.trajectories.last_record["s0-g0-0"] is rec
     assert traj.num_turns == 1 and traj.token_ids[-2:] == [65, 66]
     assert traj.partial_ids == [] and not traj.partial_complete
 

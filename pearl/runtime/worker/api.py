@@ -178,6 +178,8 @@ class PrefillResult:
     t_prefill_end_s: float = 0.0
     t_kv_start_s: float = 0.0
     error: str | None = None
+    # the turn's telemetry when it ended on this worker (at its first token, or refused)
+    record: TurnRecord | None = None
 
     @property
     def request_id(self) -> str:
@@ -202,6 +204,7 @@ class PrefillResult:
             result.weight_version,
             num_prompt_tokens=num_prompt_tokens,
             error=result.error,
+            record=result.record,
         )
 
     def as_turn_result(self) -> TurnResult:
@@ -215,6 +218,7 @@ class PrefillResult:
             self.worker_id,
             self.weight_version,
             self.error,
+            self.record,
         )
 
 

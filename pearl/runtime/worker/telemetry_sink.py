@@ -144,14 +144,15 @@ def record_turn(
 ) -> TurnRecord | None:
     """The `TurnRecord` of a turn that ended on this worker, or None when there is none.
 
-    No record for a failed turn (`reason` None or not a finish), nor for a completed
-    prefill-only turn (its decode worker writes the whole record, prefill times included,
-    from the `PrefillResult` it received). `request` is a `TurnRequest`, `prefill` the
-    `PrefillResult` of a decode turn (else None).
+    No record for a failed turn (`reason` None or not a finish), nor for a prefill handed
+    to a decode worker (reason `prefill`: the decode worker writes the whole record, prefill
+    times included, from the `PrefillResult` it received). A turn that ended on its prefill
+    worker (its first token was its last, or it was interrupted there) has its record here.
+    `request` is a `TurnRequest`, `prefill` the `PrefillResult` of a decode turn (else None).
     """
     now = time.time() if now_s is None else now_s
     interrupted = reason in interrupted_reasons
-    if reason is None or reason == "error" or (role == "prefill" and not interrupted):
+    if reason is None or reason == "error" or (role == "prefill" and reason == "prefill"):
         return None
     common: dict[str, Any] = dict(
         traj_id=request.traj_id,
