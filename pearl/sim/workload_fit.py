@@ -32,6 +32,7 @@ no formula.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,7 @@ class ObservedTrajectory:
     last token)."""
 
     traj_id: str
+    step: int  # the rollout step (batch) it belongs to
     turns: tuple[int, ...]  # turn index of each record
     contexts: tuple[int, ...]  # context when each turn's prefill starts
     decodes: tuple[int, ...]  # tokens each turn generated
@@ -122,6 +124,7 @@ def observed_trajectories(turns: Iterable[TurnRecord]) -> tuple[list[ObservedTra
         out.append(
             ObservedTrajectory(
                 tid,
+                ordered[0].step,
                 tuple(r.turn for r in ordered),
                 tuple(r.context_tokens for r in ordered),
                 tuple(r.decode_tokens for r in ordered),
@@ -240,6 +243,12 @@ def fit_workload(
     notes.append(
         "sandbox start before the first turn is not in turn records: the default "
         "(rollout.workload.container_start_min_s / _max_s) kept"
+    )
+    per_step = Counter(t.step for t in trajs)
+    batch = round(float(np.median(list(per_step.values()))))
+    notes.append(
+        f"the run's rollout batch: {batch} trajectories a step (the config keeps the "
+        f"simulator's; pearl simulate --batch {batch} simulates it)"
     )
     try:  # the world's own checks (e.g. its smallest length limit)
         WorkloadSpec.model_validate({**workload, "context_cap_tokens": cap})

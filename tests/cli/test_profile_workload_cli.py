@@ -73,6 +73,7 @@ def test_run_directory_gives_the_limits(sim_run):
     assert doc["config"]["rollout"]["max_context_tokens"] == 32768
     assert doc["config"]["rollout"]["workload"]["max_turns"] == 50
     assert not any("not given" in n for n in doc["notes"])
+    assert any("rollout batch: 64 trajectories" in n for n in doc["notes"])
     assert doc["samples"]["trajectories"] > 300
 
 
