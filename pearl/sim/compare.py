@@ -42,9 +42,12 @@ class SimulationResult:
 
     def to_json(self) -> dict[str, Any]:
         c = self.cfg
+        own = c.rollout.workload  # a workload other than the paper's SWE agent says so
+        workload = f", workload: {len(own)} field(s) set (rollout.workload)" if own else ""
         setting = (
             f"{c.cluster.model} on {c.cluster.gpu}, trace {self.trace_name}, "
-            f"batch {c.rollout.batch_size}, max len {c.rollout.max_context_tokens}, seed {c.seed}"
+            f"batch {c.rollout.batch_size}, max len {c.rollout.max_context_tokens}{workload}, "
+            f"seed {c.seed}"
         )
         return {
             "setting": setting,

@@ -31,9 +31,8 @@ def _one_line_error(args: list[str]) -> str:
     return lines[0]
 
 
-def _tph(args: list[str]) -> float:
-    doc = json.loads(_run(["simulate", *args, "--json"]).stdout)
-    return doc["policies"]["pearl"]["trajs_per_hour"]
+def _simulate(args: list[str]) -> dict:
+    return json.loads(_run(["simulate", *args, "--json"]).stdout)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +84,12 @@ def test_the_fitted_workload_simulates_like_the_original(sim_run, tmp_path):
     _run(["profile", "workload", sim_run, "--out", fitted])
     common = ["--static-gpus", "8", "--duration", "7200", "--policies", "pearl", "--no-bound",
               "--seed", "1"]  # fmt: skip
-    assert _tph([*common, "--config", fitted]) == pytest.approx(_tph(common), rel=0.05)
+    mine, theirs = _simulate([*common, "--config", fitted]), _simulate(common)
+    assert mine["policies"]["pearl"]["trajs_per_hour"] == pytest.approx(
+        theirs["policies"]["pearl"]["trajs_per_hour"], rel=0.05
+    )
+    assert "field(s) set (rollout.workload)" in mine["setting"]  # says whose workload it is
+    assert "rollout.workload" not in theirs["setting"]
 
 
 def test_pearl_run_directory_takes_its_limits_from_config(tmp_path):
