@@ -222,3 +222,37 @@ def test_turn_law_recovers_uncensored_draws(median, ratio, f, seed):
     assert law.median == pytest.approx(median, rel=0.1)
     assert law.p90 == pytest.approx(median * ratio, rel=0.15)
     assert law.run_to_cap_fraction == pytest.approx(f, abs=0.04)
+
+
+_turn = st.tuples(
+    st.integers(0, 40_000),  # context
+    st.integers(0, 5_000),  # generated
+    st.one_of(st.none(), st.floats(0, 500)),  # environment step
+    st.integers(0, 40_000),  # cached
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    trajs=st.lists(st.lists(_turn, min_size=1, max_size=6), min_size=1, max_size=8),
+    cap=st.one_of(st.none(), st.integers(1, 50_000)),
+    max_turns=st.one_of(st.none(), st.integers(1, 10)),
+)
+def test_any_records_give_a_valid_workload_or_a_clear_error(trajs, cap, max_turns):
+    """Whatever a telemetry file holds, the fit is a workload the world runs, or a
+    `WorkloadFitError` saying why (never another exception)."""
+    recs = [
+        _record(f"t{i}", j, ctx, dec, env, cached=cached)
+        for i, turns in enumerate(trajs)
+        for j, (ctx, dec, env, cached) in enumerate(turns)
+    ]
+    try:
+        fit = fit_workload(recs, max_context_tokens=cap, max_turns=max_turns)
+    except WorkloadFitError as err:
+        assert str(err)
+        return
+    spec = WorkloadSpec.model_validate(
+        {**fit.workload, "context_cap_tokens": fit.max_context_tokens}
+    )
+    assert spec.max_turns >= spec.min_turns >= 1
+    assert 0.0 <= spec.run_to_cap_fraction <= 1.0
