@@ -10,9 +10,10 @@ i.e. the parameters `pearl.sim.trajectories.TrajectorySampler` draws trajectorie
   smallest and largest seen (turns cut by the length limit left out);
 * observation tokens: what a context grew by between two turns beyond the tokens the
   turn generated (the chat template included, so `template_tokens` is 0);
-* turns: the share of trajectories that ran to the turn cap or the length limit
-  (`run_to_cap_fraction`), and a lognormal by the median and 90th percentile of the
-  others' turn counts (clipped to the fewest seen and the cap);
+* turns: `run_to_cap_fraction` and the lognormal of the trajectories that stop on their
+  own, by maximum likelihood over how each trajectory ended (on its own, at the turn cap,
+  cut mid-generation by the length limit, or left no room by its last observation, whose
+  chance the observation law gives; `pearl.sim.law_fit.turn_count_law`);
 * environment latency: a mixture of one to three lognormals fitted by expectation-
   maximisation on the log of each environment step, the number of components chosen by
   the Bayesian information criterion, each clipped at the longest step seen;
@@ -136,18 +137,14 @@ def observed_trajectories(turns: Iterable[TurnRecord]) -> tuple[list[ObservedTra
     return out, headless
 
 
-def _lognormal_by_quantiles(values: Sequence[float]) -> tuple[float, float]:
-    """(median, 90th percentile) of the values, the p90 never below the median."""
-    arr = np.asarray(values, dtype=float)
-    median = float(np.median(arr))
-    return median, max(median, float(np.quantile(arr, 0.9)))
-
-
 def _token_dist(values: Sequence[int], what: str) -> dict[str, Any]:
+    """A `TokenDist`: the median and 90th percentile of the positive values (a lognormal
+    has no zeros; they stay in `min_tokens`), clipped to the smallest and largest seen."""
     if not values:
         raise WorkloadFitError(f"no {what} to fit")
-    positive = [v for v in values if v > 0] or [1]
-    median, p90 = _lognormal_by_quantiles(positive)
+    positive = np.asarray([v for v in values if v > 0] or [1], dtype=float)
+    median = float(np.median(positive))
+    p90 = max(median, float(np.quantile(positive, 0.9)))
     return {
         "median_tokens": round(median, 1),
         "p90_tokens": round(p90, 1),
