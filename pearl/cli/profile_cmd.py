@@ -94,7 +94,9 @@ def _fmt(v: Any) -> str:
 def fit(
     telemetry: Path = typer.Argument(..., help="Telemetry JSONL (see docs/telemetry.md)."),
     model: str | None = typer.Option(
-        None, "--model", help="Model spec name (default: the file's meta line, else qwen3-8b)."
+        None,
+        "--model",
+        help="Model name or an HF config.json (default: the file's meta line, else qwen3-8b).",
     ),
     gpu: str | None = typer.Option(
         None, "--gpu", help="GPU spec name (default: the file's meta line, else h100-sxm)."

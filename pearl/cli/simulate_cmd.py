@@ -223,7 +223,11 @@ def register(app: typer.Typer) -> None:
     @app.command("simulate")
     @guarded
     def simulate(
-        model: str = typer.Option(None, "--model", help="qwen3-8b or qwen3-30b-a3b."),
+        model: str = typer.Option(
+            None,
+            "--model",
+            help="qwen3-8b, qwen3-30b-a3b (another bundled model), or an HF config.json of your own.",
+        ),
         gpu: str = typer.Option(None, "--gpu", help="GPU type (see pearl/specs/data/gpus.yaml)."),
         trace: str = typer.Option(None, "--trace", help="seg1, seg2, seg3 or a trace file."),
         policies: str = typer.Option(

@@ -41,7 +41,9 @@ def register(app: typer.Typer) -> None:
     @guarded
     def validate(
         model: str = typer.Option(
-            None, "--model", help="qwen3-8b or qwen3-30b-a3b (the config's; qwen3-8b)."
+            None,
+            "--model",
+            help="qwen3-8b, qwen3-30b-a3b or an HF config.json (the config's; qwen3-8b).",
         ),
         gpu: str = typer.Option(None, "--gpu", help="GPU type (the config's; h100-sxm)."),
         budgets: str = typer.Option("4,8,12", "--budgets", help="GPU budgets of the grid."),

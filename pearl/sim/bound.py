@@ -148,10 +148,10 @@ def _static_setting(
 
 
 def rate_key(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -> str:
-    from pearl.sim.config import dump_config
+    from pearl.sim.config import config_identity
 
     scfg, _ = _static_setting(cfg, num_gpus, policy, duration_s)
-    return dump_config(scfg.model_copy(update={"policies": ()})) + policy
+    return config_identity(scfg.model_copy(update={"policies": ()})) + policy
 
 
 def static_rate(cfg: SimConfig, num_gpus: int, policy: str, duration_s: float) -> StaticRate:

@@ -66,7 +66,11 @@ class ClusterConfig(ClusterShape):
     """Which model runs on which GPUs, and how many GPUs each pool has (paper §6.1: 16
     training GPUs, 4 reserved rollout GPUs; the shared fields are `ClusterShape`'s)."""
 
-    model: str = Field("qwen3-8b", description="Model name from pearl/specs/data/models.yaml.")
+    model: str = Field(
+        "qwen3-8b",
+        description="A model of pearl/specs/data/models.yaml by name, or a model file: an HF "
+        "config.json or a spec YAML (pearl.specs.model_file).",
+    )
     gpu: str = Field("h100-sxm", description="GPU type from pearl/specs/data/gpus.yaml.")
     max_preemptible_gpus: int = Field(
         12, ge=0, description="Cap on preemptible rollout GPUs taken from the trace."
@@ -86,8 +90,8 @@ class ClusterConfig(ClusterShape):
 
         try:
             (get_model if info.field_name == "model" else get_gpu)(name)
-        except InputError as err:
-            raise ValueError(err.message) from None
+        except InputError as err:  # a model file's own error names the file and its field
+            raise ValueError(err.message if err.source == "<argument>" else str(err)) from None
         return name
 
 
@@ -334,3 +338,17 @@ def load_config(path: Path) -> SimConfig:
 def dump_config(cfg: SimConfig) -> str:
     """The config as YAML text (round-trips through `load_config`)."""
     return dump_yaml_model(cfg)
+
+
+def config_identity(cfg: SimConfig) -> str:
+    """What a simulation is a function of: the config's text and the contents of the files
+    it names (a model file in `cluster.model`, a trace file in `trace.trace`), so a kept
+    result (`pearl.sim.run_store`) never stands for a file edited since."""
+    import hashlib
+
+    parts = [dump_config(cfg)]
+    for value in (cfg.cluster.model, cfg.trace.trace):
+        path = Path(value)
+        if path.is_file():
+            parts.append(f"{value}:{hashlib.sha256(path.read_bytes()).hexdigest()}")
+    return "\n".join(parts)

@@ -8,11 +8,12 @@ and `pearl validate --out DIR` keep theirs too). `pearl simulate --seeds ... --o
 keeps each seed's result the same way. Run the same command again and what is already
 there is read back instead of simulated; only the rest runs.
 
-A result is found again only under the same key: the whole config (`dump_config`), whether
-the bound was asked for, the package's version and a fingerprint of its source (but for
-the command line). Changing any of them (another seed, a `--set`, an edited module of the
-simulator or the controller) simulates afresh, so a stored result never stands for code or
-settings it was not made with. An unreadable entry (damaged after it was written: entries
+A result is found again only under the same key: the whole config and the contents of
+the files it names (a model or trace file; `config_identity`), whether the bound was asked
+for, the package's version and a fingerprint of its source (but for the command line).
+Changing any of them (another seed, a `--set`, an edited model file, an edited module of
+the simulator or the controller) simulates afresh, so a stored result never stands for
+code, settings or files it was not made with. An unreadable entry (damaged after it was written: entries
 are written whole or not at all) is reported on stderr, simulated again and overwritten.
 
 What is kept is what an experiment reads back: each run's summary, decisions, state
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pearl import __version__
-from pearl.sim.config import SimConfig, dump_config
+from pearl.sim.config import SimConfig, config_identity
 
 if TYPE_CHECKING:
     from pearl.sim.compare import SimulationResult
@@ -88,7 +89,7 @@ class RunStore:
         return h.hexdigest()[:32]
 
     def key(self, cfg: SimConfig, *, with_bound: bool) -> str:
-        return self._hash(dump_config(cfg), str(with_bound))
+        return self._hash(config_identity(cfg), str(with_bound))
 
     def path(self, key: str) -> Path:
         return self.root / f"{key}.pkl"
@@ -124,7 +125,7 @@ class RunStore:
 
     def get_part(self, kind: str, key: str) -> Any:
         """What `put_part` kept under (`kind`, `key`), or None. `key` must say everything
-        the part depends on but the code (a config's `dump_config`, a grid point, ...);
+        the part depends on but the code (a config's `config_identity`, a grid point, ...);
         `kind` names what it is (`rate`, `makespans`, `profile`)."""
         return _read(self._part_path(kind, key))
 

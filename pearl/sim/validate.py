@@ -36,7 +36,7 @@ import numpy as np
 
 from pearl.control.plan import PDConfig
 from pearl.control.profile import WorkloadProfile
-from pearl.sim.config import SimConfig, dump_config
+from pearl.sim.config import SimConfig, config_identity
 from pearl.sim.policy_run import build, hardware_prior, make_policy
 from pearl.sim.run_store import kept_or_made
 
@@ -195,7 +195,7 @@ def simulate_makespans(
 def grid_makespans(cfg: SimConfig, config: PDConfig, *, num_steps: int) -> list[float]:
     """`simulate_makespans`' makespans alone, kept in the active run store
     (`pearl.sim.run_store`) so an interrupted grid goes on where it stopped."""
-    key = f"{dump_config(cfg)}|{config}|{num_steps}"
+    key = f"{config_identity(cfg)}|{config}|{num_steps}"
     return kept_or_made(
         "makespans", key, lambda: simulate_makespans(cfg, config, num_steps=num_steps)[0]
     )
@@ -217,7 +217,7 @@ def learn_profile(cfg: SimConfig, *, num_gpus: int = 4, num_steps: int = 2) -> W
                 tracker.observe_step(turns, worker_steps)
         return tracker.profile
 
-    return kept_or_made("profile", f"{dump_config(cfg)}|{num_gpus}|{num_steps}", learn)
+    return kept_or_made("profile", f"{config_identity(cfg)}|{num_gpus}|{num_steps}", learn)
 
 
 def validate(

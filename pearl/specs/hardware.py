@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pearl.errors import InputError, from_validation
+from pearl.specs.model_file import is_model_path, read_model_fields
 
 
 class GpuSpec(BaseModel):
@@ -69,6 +69,7 @@ class ModelSpec(BaseModel):
     max_position_embeddings: int = Field(gt=0, description="Context limit in tokens.")
     rope_theta: float = Field(gt=0, description="RoPE base.")
     qk_norm: bool = Field(default=True, description="RMSNorm on q and k per head.")
+    qkv_bias: bool = Field(default=False, description="Biases on q, k and v (Qwen2).")
     tie_word_embeddings: bool = Field(default=False, description="Share input/output embedding.")
     params_total: int = Field(gt=0, description="All parameters.")
     params_non_embedding: int | None = Field(default=None, description="Without embeddings.")
@@ -125,26 +126,19 @@ def get_gpu(name: str) -> GpuSpec:
 
 
 def get_model(name: str) -> ModelSpec:
+    """A bundled model by name, or a model file: an HF config.json or a spec YAML
+    (`pearl.specs.model_file`); a file is read again when it changes."""
     specs = model_specs()
-    if name not in specs:
-        raise InputError(
-            "<argument>",
-            f"unknown model '{name}'; known: {', '.join(sorted(specs))}",
-            field="model",
-        )
-    return specs[name]
-
-
-def load_model_file(path: str | Path) -> ModelSpec:
-    """A model spec from a YAML file holding one mapping of the fields above (plus 'name')."""
-    p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except OSError as err:
-        raise InputError(str(p), f"cannot read: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise InputError(str(p), f"not valid YAML: {err}") from None
-    if not isinstance(raw, dict):
-        raise InputError(str(p), "expected a mapping at top level")
-    name = str(raw.pop("name", p.stem))
-    return _build(ModelSpec, str(p), name, raw)  # type: ignore[return-value]
+    if name in specs:
+        return specs[name]
+    if is_model_path(name):
+        try:
+            return ModelSpec(**read_model_fields(name))
+        except ValidationError as err:
+            raise from_validation(err, name) from None
+    raise InputError(
+        "<argument>",
+        f"unknown model '{name}'; known: {', '.join(sorted(specs))}, or a model file "
+        "(an HF config.json or a spec YAML)",
+        field="model",
+    )

@@ -33,6 +33,33 @@ def test_the_key_is_the_config_and_whether_the_bound_is_asked(tmp_path: Path) ->
     assert a != store.key(_cfg(**{"engine.max_num_seqs": 64}), with_bound=False)
 
 
+def test_the_key_follows_the_files_the_config_names(tmp_path: Path) -> None:
+    """A model file or a trace file edited under the same name is another setting."""
+    import json
+
+    from pearl.specs import model_specs
+
+    spec = model_specs()["qwen3-8b"].model_dump()
+    arch = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings")  # fmt: skip
+    doc = {"architectures": [spec["architecture"]], **{k: spec[k] for k in arch}}
+    model = tmp_path / "mine" / "config.json"
+    model.parent.mkdir()
+    model.write_text(json.dumps(doc))
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"name": "t", "duration_s": 600, "changes": [
+        {"time_s": 0, "num_gpus": 2}]}))  # fmt: skip
+    store = RunStore(tmp_path / "runs")
+    cfg = SimConfig().with_updates(**{"cluster.model": str(model), "trace.trace": str(trace)})
+    before = store.key(cfg, with_bound=False)
+    assert before == store.key(cfg, with_bound=False)
+    model.write_text(json.dumps({**doc, "num_hidden_layers": 32}))
+    after_model = store.key(cfg, with_bound=False)
+    trace.write_text(json.dumps({"name": "t", "duration_s": 600, "changes": [
+        {"time_s": 0, "num_gpus": 3}]}))  # fmt: skip
+    assert len({before, after_model, store.key(cfg, with_bound=False)}) == 3
+
+
 def test_a_stored_setting_is_read_back_not_simulated(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

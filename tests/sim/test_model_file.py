@@ -1,0 +1,150 @@
+"""A model of the user's own (`cluster.model: path/to/config.json`): the spec derived from an
+HF config.json matches the bundled specs' published figures, and bad files are one-line
+errors naming the file and the field."""
+
+import json
+
+import pytest
+import yaml
+
+from pearl.errors import InputError
+from pearl.specs import get_model, model_specs
+from pearl.specs.model_file import SUPPORTED, derived_params
+
+_HF_KEYS = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "rope_theta",
+    "tie_word_embeddings", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "norm_topk_prob",
+)  # fmt: skip
+
+
+def _hf_config(name: str) -> dict:
+    """The config.json a bundled model's card publishes (its architecture fields)."""
+    spec = model_specs()[name].model_dump()
+    doc = {k: spec[k] for k in _HF_KEYS if spec.get(k) is not None}
+    return {"architectures": [spec["architecture"]], **doc}
+
+
+@pytest.mark.parametrize("name", sorted(model_specs()))
+def test_derived_counts_equal_every_bundled_spec(name):
+    """Parameters, active parameters, weight and KV bytes derived from the architecture
+    equal the figures each bundled spec records from its model card."""
+    spec = model_specs()[name]
+    total, active = derived_params(spec.model_dump())
+    assert total == spec.params_total
+    assert active == spec.active_params
+    assert spec.weight_bytes_bf16 == 2 * total
+
+
+@pytest.mark.parametrize("name", sorted(model_specs()))
+def test_a_config_json_gives_the_bundled_spec(tmp_path, name):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_hf_config(name)))
+    got, want = get_model(str(path)).model_dump(), model_specs()[name].model_dump()
+    for key in ("params_total", "weight_bytes_bf16", "kv_bytes_per_token_bf16",
+                "num_hidden_layers", "num_experts", "params_active_per_token"):  # fmt: skip
+        assert got[key] == want[key], key
+
+
+@pytest.mark.parametrize(
+    ("doc", "total"),
+    [
+        # Qwen/Qwen2.5-7B config.json (q/k/v carry biases): 7,615,616,512 parameters
+        (
+            {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584,
+             "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+             "intermediate_size": 18944, "vocab_size": 152064,
+             "max_position_embeddings": 131072, "rope_theta": 1000000.0,
+             "tie_word_embeddings": False},
+            7_615_616_512,
+        ),
+        # mistralai/Mixtral-8x7B-v0.1 config.json: 46,702,792,704 parameters, 2 of 8 experts
+        (
+            {"architectures": ["MixtralForCausalLM"], "hidden_size": 4096,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2,
+             "vocab_size": 32000, "max_position_embeddings": 32768, "rope_theta": 1e6},
+            46_702_792_704,
+        ),
+    ],
+    ids=["qwen2.5-7b", "mixtral-8x7b"],
+)  # fmt: skip
+def test_models_not_bundled(tmp_path, doc, total):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    spec = get_model(str(path))
+    assert spec.params_total == total
+    assert spec.name == tmp_path.name  # a config.json is named by its folder
+    assert (
+        spec.kv_bytes_per_token_bf16
+        == 2
+        * doc["num_hidden_layers"]
+        * doc["num_key_value_heads"]
+        * (doc["hidden_size"] // doc["num_attention_heads"])
+        * 2
+    )
+
+
+def test_a_spec_yaml_needs_only_the_architecture(tmp_path):
+    doc = {k: v for k, v in _hf_config("qwen3-8b").items() if k != "architectures"}
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"architecture": "Qwen3ForCausalLM", **doc}))
+    spec = get_model(str(path))
+    assert spec.name == "mine" and spec.params_total == model_specs()["qwen3-8b"].params_total
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        ("{not json", None, "not valid JSON"),
+        ('{"architectures": ["DeepseekV3ForCausalLM"]}', "architectures", "supported: Llama"),
+        ('{"hidden_size": 8}', "architectures", "missing"),
+        ('{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, '
+         '"num_attention_heads": 32}', "num_hidden_layers", "missing"),
+        ('{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 0,'
+         '"num_attention_heads": 32, "intermediate_size": 1, "vocab_size": 10,'
+         '"max_position_embeddings": 10}', "num_hidden_layers", "greater than 0"),
+    ],
+)  # fmt: skip
+def test_bad_model_files_name_the_file_and_field(tmp_path, text, field, words):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        get_model(str(path))
+    assert err.value.source == str(path) and words in str(err.value)
+    assert err.value.field == field
+
+
+def test_unknown_name_and_missing_file():
+    with pytest.raises(InputError, match="known: .*qwen3-8b.*or a model file"):
+        get_model("qwen3-9b")
+    with pytest.raises(InputError, match="nope.json.*file not found"):
+        get_model("nope.json")
+
+
+def test_every_supported_architecture_is_named_in_the_docs():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "simulator-model.md").read_text()
+    assert all(arch in doc for arch in SUPPORTED)
+
+
+def test_a_config_json_of_a_bundled_model_simulates_as_it(tmp_path):
+    """`pearl simulate --model .../config.json` with Qwen3-8B's config gives Qwen3-8B's run."""
+    from typer.testing import CliRunner
+
+    from pearl.cli.main import app
+
+    path = tmp_path / "qwen3-8b-copy" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(_hf_config("qwen3-8b")))
+    common = ["simulate", "--static-gpus", "2", "--duration", "900", "--batch", "8",
+              "--policies", "roll", "--no-bound", "--json"]  # fmt: skip
+    docs = []
+    for model in ("qwen3-8b", str(path)):
+        res = CliRunner().invoke(app, [*common, "--model", model])
+        assert res.exit_code == 0, res.output
+        docs.append(json.loads(res.stdout))
+    assert docs[1]["model"] == str(path)
+    assert docs[0]["policies"] == docs[1]["policies"]
