@@ -82,6 +82,12 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(
             False, "--quick", help="A much smaller grid and shorter runs (smoke test, demo)."
         ),
+        models: str = typer.Option(
+            None,
+            "--models",
+            help="Comma-separated models (bundled names or HF config.json files): the rows "
+            "of e2e and ladder, the §3.3 models of facts; the model of the others (one).",
+        ),
         config: Path = opts.config_option(
             "YAML config every run starts from (see docs/simulator.md); what the experiment "
             "varies (model, trace, budget, policies) it sets itself."
@@ -110,6 +116,16 @@ def register(app: typer.Typer) -> None:
             ("rollout.batch_size", batch if batch is not None else (16 if quick else None)),
         )
         kwargs = quick_kwargs(name) if quick else {}
+        if models is not None:
+            chosen = tuple(dict.fromkeys(m.strip() for m in models.split(",") if m.strip()))
+            if not chosen:
+                raise InputError("<argument>", "no model given", field="--models")
+            if name in ("e2e", "facts", "ladder"):
+                kwargs["models"] = chosen
+            elif len(chosen) == 1:
+                updates["cluster.model"] = chosen[0]
+            else:
+                raise InputError("<argument>", f"{name} runs one model; give one", field="--models")
         if name in ("e2e", "facts", "ladder"):
             if duration is not None or quick:
                 updates["trace.duration_s"] = duration or 400.0
