@@ -99,7 +99,7 @@ def fit(
         help="Model name or an HF config.json (default: the file's meta line, else qwen3-8b).",
     ),
     gpu: str | None = typer.Option(
-        None, "--gpu", help="GPU spec name (default: the file's meta line, else h100-sxm)."
+        None, "--gpu", help="GPU name or a GPU file (default: the file's meta line, else h100-sxm)."
     ),
     gpus_per_worker: int | None = typer.Option(
         None, "--gpus-per-worker", help="GPUs per worker the telemetry was measured on."

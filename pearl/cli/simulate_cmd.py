@@ -228,7 +228,9 @@ def register(app: typer.Typer) -> None:
             "--model",
             help="qwen3-8b, qwen3-30b-a3b (another bundled model), or an HF config.json of your own.",
         ),
-        gpu: str = typer.Option(None, "--gpu", help="GPU type (see pearl/specs/data/gpus.yaml)."),
+        gpu: str = typer.Option(
+            None, "--gpu", help="GPU type (pearl/specs/data/gpus.yaml) or a GPU file of your own."
+        ),
         trace: str = typer.Option(None, "--trace", help="seg1, seg2, seg3 or a trace file."),
         policies: str = typer.Option(
             None, "--policies", help="Comma-separated: pearl,rlboost+,roll,fixed:colocated,..."

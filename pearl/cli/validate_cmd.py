@@ -45,7 +45,9 @@ def register(app: typer.Typer) -> None:
             "--model",
             help="qwen3-8b, qwen3-30b-a3b or an HF config.json (the config's; qwen3-8b).",
         ),
-        gpu: str = typer.Option(None, "--gpu", help="GPU type (the config's; h100-sxm)."),
+        gpu: str = typer.Option(
+            None, "--gpu", help="GPU type or a GPU file (the config's; h100-sxm)."
+        ),
         budgets: str = typer.Option("4,8,12", "--budgets", help="GPU budgets of the grid."),
         batches: str = typer.Option("32,64", "--batches", help="Batch sizes of the grid."),
         steps: int = typer.Option(

@@ -71,7 +71,11 @@ class ClusterConfig(ClusterShape):
         description="A model of pearl/specs/data/models.yaml by name, or a model file: an HF "
         "config.json or a spec YAML (pearl.specs.model_file).",
     )
-    gpu: str = Field("h100-sxm", description="GPU type from pearl/specs/data/gpus.yaml.")
+    gpu: str = Field(
+        "h100-sxm",
+        description="A GPU type of pearl/specs/data/gpus.yaml by name, or a GPU file of its "
+        "fields (a card of your own).",
+    )
     max_preemptible_gpus: int = Field(
         12, ge=0, description="Cap on preemptible rollout GPUs taken from the trace."
     )
@@ -342,12 +346,12 @@ def dump_config(cfg: SimConfig) -> str:
 
 def config_identity(cfg: SimConfig) -> str:
     """What a simulation is a function of: the config's text and the contents of the files
-    it names (a model file in `cluster.model`, a trace file in `trace.trace`), so a kept
+    it names (a model or GPU file in `cluster`, a trace file in `trace.trace`), so a kept
     result (`pearl.sim.run_store`) never stands for a file edited since."""
     import hashlib
 
     parts = [dump_config(cfg)]
-    for value in (cfg.cluster.model, cfg.trace.trace):
+    for value in (cfg.cluster.model, cfg.cluster.gpu, cfg.trace.trace):
         path = Path(value)
         if path.is_file():
             parts.append(f"{value}:{hashlib.sha256(path.read_bytes()).hexdigest()}")

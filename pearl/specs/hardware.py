@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pearl.errors import InputError, from_validation
-from pearl.specs.model_file import is_model_path, read_model_fields
+from pearl.specs.model_file import is_model_path, read_model_fields, read_spec_file
 
 
 class GpuSpec(BaseModel):
@@ -28,6 +29,16 @@ class GpuSpec(BaseModel):
         gt=0, description="Device memory in GB (1e9 bytes) as the driver reports it."
     )
     nvlink_gb_s_per_dir: float = Field(gt=0, description="NVLink GB/s per direction.")
+    compute_efficiency: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Share of peak FLOP/s the world's hardware model reaches on this card "
+        "(a card of your own; the bundled cards' are calibrated, pearl.sim.physics.iteration).",
+    )
+    memory_efficiency: float | None = Field(
+        default=None, gt=0, le=1, description="Share of peak HBM bandwidth, likewise."
+    )
     unpinned: str = Field(
         default="",
         description="Why the simulated world's speed on this card is not pinned to a "
@@ -117,12 +128,35 @@ def model_specs() -> dict[str, ModelSpec]:
 
 
 def get_gpu(name: str) -> GpuSpec:
+    """A bundled GPU type by name, or a GPU file of `GpuSpec`'s fields (a card of your own:
+    its datasheet, and measured efficiencies where you have them)."""
     specs = gpu_specs()
-    if name not in specs:
-        raise InputError(
-            "<argument>", f"unknown GPU '{name}'; known: {', '.join(sorted(specs))}", field="gpu"
+    if name in specs:
+        return specs[name]
+    if is_model_path(name):  # the same rule: a name with a suffix or a folder is a file
+        doc = read_spec_file(name)
+        doc.setdefault("name", Path(name).stem)
+        doc.setdefault(
+            "unpinned",
+            "a card of your own: its datasheet with "
+            + (
+                "the efficiencies the file gives"
+                if doc.get("compute_efficiency") and doc.get("memory_efficiency")
+                else "the world's fallback efficiencies (set compute_efficiency and "
+                "memory_efficiency in the file to measured ones)"
+            ),
         )
-    return specs[name]
+        try:
+            return GpuSpec(**doc)
+        except ValidationError as err:
+            raise from_validation(err, name) from None
+        except TypeError as err:
+            raise InputError(name, f"malformed: {err}") from None
+    raise InputError(
+        "<argument>",
+        f"unknown GPU '{name}'; known: {', '.join(sorted(specs))}, or a GPU file (YAML)",
+        field="gpu",
+    )
 
 
 def get_model(name: str) -> ModelSpec:

@@ -162,15 +162,33 @@ def read_model_fields(path: str | Path) -> dict[str, Any]:
     architecture's are enough (the rest is derived). The name is the file's stem (the
     folder's, for a `config.json`) unless the file gives one."""
     p = Path(path)
+    doc = read_spec_file(p)
+    default_name = p.resolve().parent.name if p.stem == "config" else p.stem
+    name = str(doc.pop("name", None) or default_name)
+    hf = p.suffix == ".json" or "architectures" in doc
+    fields = from_hf_config(doc, str(p), name) if hf else {**doc, "name": name}
+    try:
+        return spec_fields(fields)
+    except InputError as err:
+        raise InputError(str(p), err.message, field=err.field) from None
+    except KeyError as err:
+        raise InputError(str(p), "missing", field=str(err.args[0])) from None
+    except (TypeError, ValueError) as err:
+        raise InputError(str(p), f"malformed: {err}") from None
+
+
+def read_spec_file(path: str | Path) -> dict[str, Any]:
+    """The mapping a spec file (JSON or YAML) holds, read again when the file changes."""
+    p = Path(path)
     try:
         stat = p.stat()
     except OSError:
         raise InputError(str(p), "file not found") from None
-    return dict(_read(str(p), stat.st_mtime_ns, stat.st_size))
+    return dict(_read_mapping(str(p), stat.st_mtime_ns, stat.st_size))
 
 
 @cache
-def _read(path: str, mtime_ns: int, size: int) -> dict[str, Any]:  # keyed by the file's state
+def _read_mapping(path: str, mtime_ns: int, size: int) -> dict[str, Any]:  # the file's state
     p = Path(path)
     try:
         text = p.read_text()
@@ -179,22 +197,10 @@ def _read(path: str, mtime_ns: int, size: int) -> dict[str, Any]:  # keyed by th
     try:
         doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as err:
-        raise InputError(
-            path, f"not valid JSON: {err.msg}", location=f"line {err.lineno}"
-        ) from None
+        where = f"line {err.lineno}"
+        raise InputError(path, f"not valid JSON: {err.msg}", location=where) from None
     except yaml.YAMLError:
         raise InputError(path, "not valid YAML") from None
     if not isinstance(doc, dict):
         raise InputError(path, "expected a mapping at top level")
-    default_name = p.resolve().parent.name if p.stem == "config" else p.stem
-    name = str(doc.pop("name", None) or default_name)
-    hf = p.suffix == ".json" or "architectures" in doc
-    fields = from_hf_config(doc, path, name) if hf else {**doc, "name": name}
-    try:
-        return spec_fields(fields)
-    except InputError as err:
-        raise InputError(path, err.message, field=err.field) from None
-    except KeyError as err:
-        raise InputError(path, "missing", field=str(err.args[0])) from None
-    except (TypeError, ValueError) as err:
-        raise InputError(path, f"malformed: {err}") from None
+    return doc

@@ -148,3 +148,49 @@ def test_a_config_json_of_a_bundled_model_simulates_as_it(tmp_path):
         docs.append(json.loads(res.stdout))
     assert docs[1]["model"] == str(path)
     assert docs[0]["policies"] == docs[1]["policies"]
+
+
+# -- a card of your own ------------------------------------------------------------------------
+def test_a_gpu_file_with_the_h100s_figures_simulates_as_the_h100(tmp_path):
+    """A GPU file holding the H100-SXM's datasheet and calibrated efficiencies is the H100:
+    the same run; without efficiencies it runs at the fallback ones and says so."""
+    from typer.testing import CliRunner
+
+    from pearl.cli.main import app
+    from pearl.sim.physics.iteration import DEFAULT_EFFICIENCY
+    from pearl.specs import get_gpu, gpu_specs
+
+    h100 = gpu_specs()["h100-sxm"].model_dump(exclude={"name", "unpinned"})
+    eff_c, eff_m = DEFAULT_EFFICIENCY["h100-sxm"]
+    mine = tmp_path / "my-h100.yaml"
+    mine.write_text(
+        yaml.safe_dump({**h100, "compute_efficiency": eff_c, "memory_efficiency": eff_m})
+    )
+    common = ["simulate", "--static-gpus", "2", "--duration", "900", "--batch", "8",
+              "--policies", "roll", "--no-bound", "--json"]  # fmt: skip
+    docs, notes = [], []
+    for gpu in ("h100-sxm", str(mine)):
+        res = CliRunner().invoke(app, [*common, "--gpu", gpu])
+        assert res.exit_code == 0, res.output
+        docs.append(json.loads(res.stdout))
+        notes.append(res.stderr)
+    assert docs[0]["policies"] == docs[1]["policies"]
+    assert "not calibrated" not in notes[0] and "the efficiencies the file gives" in notes[1]
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(h100))
+    assert get_gpu(str(bare)).name == "bare" and "fallback" in get_gpu(str(bare)).unpinned
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [("bf16_tflops: 100\n", "hbm_tb_s"), ("bf16_tflops: -1\nhbm_tb_s: 1\nhbm_gb: 8\n"
+      "nvlink_gb_s_per_dir: 1\n", "bf16_tflops"), ("[1, 2]\n", None)],
+)  # fmt: skip
+def test_bad_gpu_files_name_the_file_and_field(tmp_path, text, field):
+    from pearl.specs import get_gpu
+
+    path = tmp_path / "card.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        get_gpu(str(path))
+    assert err.value.source == str(path) and err.value.field == field

@@ -34,7 +34,7 @@ def test_the_key_is_the_config_and_whether_the_bound_is_asked(tmp_path: Path) ->
 
 
 def test_the_key_follows_the_files_the_config_names(tmp_path: Path) -> None:
-    """A model file or a trace file edited under the same name is another setting."""
+    """A model, GPU or trace file edited under the same name is another setting."""
     import json
 
     from pearl.specs import model_specs
@@ -49,15 +49,22 @@ def test_the_key_follows_the_files_the_config_names(tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps({"name": "t", "duration_s": 600, "changes": [
         {"time_s": 0, "num_gpus": 2}]}))  # fmt: skip
+    card = tmp_path / "card.yaml"
+    card.write_text("bf16_tflops: 989\nhbm_tb_s: 3.35\nhbm_gb: 85\nnvlink_gb_s_per_dir: 450\n")
     store = RunStore(tmp_path / "runs")
-    cfg = SimConfig().with_updates(**{"cluster.model": str(model), "trace.trace": str(trace)})
-    before = store.key(cfg, with_bound=False)
-    assert before == store.key(cfg, with_bound=False)
+    cfg = SimConfig().with_updates(
+        **{"cluster.model": str(model), "cluster.gpu": str(card), "trace.trace": str(trace)}
+    )
+    keys = [store.key(cfg, with_bound=False)]
+    assert keys[0] == store.key(cfg, with_bound=False)
     model.write_text(json.dumps({**doc, "num_hidden_layers": 32}))
-    after_model = store.key(cfg, with_bound=False)
+    keys.append(store.key(cfg, with_bound=False))
+    card.write_text("bf16_tflops: 989\nhbm_tb_s: 4.8\nhbm_gb: 150\nnvlink_gb_s_per_dir: 450\n")
+    keys.append(store.key(cfg, with_bound=False))
     trace.write_text(json.dumps({"name": "t", "duration_s": 600, "changes": [
         {"time_s": 0, "num_gpus": 3}]}))  # fmt: skip
-    assert len({before, after_model, store.key(cfg, with_bound=False)}) == 3
+    keys.append(store.key(cfg, with_bound=False))
+    assert len(set(keys)) == 4
 
 
 def test_a_stored_setting_is_read_back_not_simulated(

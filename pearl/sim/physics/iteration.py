@@ -145,9 +145,10 @@ class WorkerHardware:
         if self.tp < 1:
             raise ValueError("tp must be >= 1")
         m, p = self.model, self.params
+        # the knobs, else the card's own (a GPU file), else its calibrated figures
         eff_c, eff_m = DEFAULT_EFFICIENCY.get(self.gpu.name, _FALLBACK_EFFICIENCY)
-        eff_c = p.compute_efficiency or eff_c
-        eff_m = p.memory_efficiency or eff_m
+        eff_c = p.compute_efficiency or self.gpu.compute_efficiency or eff_c
+        eff_m = p.memory_efficiency or self.gpu.memory_efficiency or eff_m
         embed = m.vocab_size * m.hidden_size
         set_ = object.__setattr__  # frozen dataclass
         set_(self, "compute_rate", eff_c * self.gpu.flops_per_s * self.tp)
