@@ -271,16 +271,9 @@ def test_an_interrupted_validate_with_out_goes_on_from_its_finished_points(
 def test_models_option_runs_the_given_models(tmp_path: Path) -> None:
     """--models sets the rows of e2e (a config.json of a model of your own included); an
     experiment of one model takes exactly one; a bad file is one line naming it."""
-    from pearl.specs import model_specs
+    from model_files import write_hf_config
 
-    spec = model_specs()["qwen3-8b"].model_dump()
-    keys = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-            "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings")  # fmt: skip
-    mine = tmp_path / "mine" / "config.json"
-    mine.parent.mkdir()
-    mine.write_text(
-        json.dumps({"architectures": [spec["architecture"]], **{k: spec[k] for k in keys}})
-    )
+    mine = write_hf_config(tmp_path / "mine", "qwen3-8b")
     res = runner.invoke(app, ["experiment", "e2e", "--quick", "--models", str(mine), "--json"])
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)["rows"]

@@ -6,24 +6,11 @@ import json
 
 import pytest
 import yaml
+from model_files import hf_config, write_hf_config
 
 from pearl.errors import InputError
 from pearl.specs import get_model, model_specs
 from pearl.specs.model_file import SUPPORTED, derived_params
-
-_HF_KEYS = (
-    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-    "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "rope_theta",
-    "tie_word_embeddings", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "norm_topk_prob",
-)  # fmt: skip
-
-
-def _hf_config(name: str) -> dict:
-    """The config.json a bundled model's card publishes (its architecture fields)."""
-    spec = model_specs()[name].model_dump()
-    doc = {k: spec[k] for k in _HF_KEYS if spec.get(k) is not None}
-    return {"architectures": [spec["architecture"]], **doc}
 
 
 @pytest.mark.parametrize("name", sorted(model_specs()))
@@ -40,7 +27,7 @@ def test_derived_counts_equal_every_bundled_spec(name):
 @pytest.mark.parametrize("name", sorted(model_specs()))
 def test_a_config_json_gives_the_bundled_spec(tmp_path, name):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(_hf_config(name)))
+    path.write_text(json.dumps(hf_config(name)))
     got, want = get_model(str(path)).model_dump(), model_specs()[name].model_dump()
     for key in ("params_total", "weight_bytes_bf16", "kv_bytes_per_token_bf16",
                 "num_hidden_layers", "num_experts", "params_active_per_token"):  # fmt: skip
@@ -87,7 +74,7 @@ def test_models_not_bundled(tmp_path, doc, total):
 
 
 def test_a_spec_yaml_needs_only_the_architecture(tmp_path):
-    doc = {k: v for k, v in _hf_config("qwen3-8b").items() if k != "architectures"}
+    doc = {k: v for k, v in hf_config("qwen3-8b").items() if k != "architectures"}
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump({"architecture": "Qwen3ForCausalLM", **doc}))
     spec = get_model(str(path))
@@ -136,9 +123,7 @@ def test_a_config_json_of_a_bundled_model_simulates_as_it(tmp_path):
 
     from pearl.cli.main import app
 
-    path = tmp_path / "qwen3-8b-copy" / "config.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps(_hf_config("qwen3-8b")))
+    path = write_hf_config(tmp_path / "qwen3-8b-copy", "qwen3-8b")
     common = ["simulate", "--static-gpus", "2", "--duration", "900", "--batch", "8",
               "--policies", "roll", "--no-bound", "--json"]  # fmt: skip
     docs = []

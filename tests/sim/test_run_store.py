@@ -37,15 +37,9 @@ def test_the_key_follows_the_files_the_config_names(tmp_path: Path) -> None:
     """A model, GPU or trace file edited under the same name is another setting."""
     import json
 
-    from pearl.specs import model_specs
+    from model_files import hf_config, write_hf_config
 
-    spec = model_specs()["qwen3-8b"].model_dump()
-    arch = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-            "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings")  # fmt: skip
-    doc = {"architectures": [spec["architecture"]], **{k: spec[k] for k in arch}}
-    model = tmp_path / "mine" / "config.json"
-    model.parent.mkdir()
-    model.write_text(json.dumps(doc))
+    model = write_hf_config(tmp_path / "mine", "qwen3-8b")
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps({"name": "t", "duration_s": 600, "changes": [
         {"time_s": 0, "num_gpus": 2}]}))  # fmt: skip
@@ -57,7 +51,7 @@ def test_the_key_follows_the_files_the_config_names(tmp_path: Path) -> None:
     )
     keys = [store.key(cfg, with_bound=False)]
     assert keys[0] == store.key(cfg, with_bound=False)
-    model.write_text(json.dumps({**doc, "num_hidden_layers": 32}))
+    model.write_text(json.dumps(hf_config("qwen3-8b", num_hidden_layers=32)))
     keys.append(store.key(cfg, with_bound=False))
     card.write_text("bf16_tflops: 989\nhbm_tb_s: 4.8\nhbm_gb: 150\nnvlink_gb_s_per_dir: 450\n")
     keys.append(store.key(cfg, with_bound=False))
