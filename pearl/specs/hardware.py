@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pearl.errors import InputError, from_validation
-from pearl.specs.model_file import is_model_path, read_model_fields, read_spec_file
+from pearl.specs.model_file import is_spec_path, read_model_fields, read_spec_file
 
 
 class GpuSpec(BaseModel):
@@ -133,7 +133,7 @@ def get_gpu(name: str) -> GpuSpec:
     specs = gpu_specs()
     if name in specs:
         return specs[name]
-    if is_model_path(name):  # the same rule: a name with a suffix or a folder is a file
+    if is_spec_path(name):
         doc = read_spec_file(name)
         doc.setdefault("name", Path(name).stem)
         doc.setdefault(
@@ -165,7 +165,7 @@ def get_model(name: str) -> ModelSpec:
     specs = model_specs()
     if name in specs:
         return specs[name]
-    if is_model_path(name):
+    if is_spec_path(name):
         try:
             return ModelSpec(**read_model_fields(name))
         except ValidationError as err:

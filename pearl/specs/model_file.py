@@ -9,7 +9,9 @@ router, norms), the bf16 weight bytes, the KV bytes a token takes, and for an Mo
 parameters a token touches. `derived_params` reproduces every bundled spec's published
 count exactly (tests/sim/test_model_file.py).
 
-Errors are `InputError`s naming the file and the field.
+A GPU file (`cluster.gpu: card.yaml`, `pearl.specs.hardware.get_gpu`) is read by the same
+`read_spec_file`, cached until the file changes. Errors are `InputError`s naming the file
+and the field.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pearl.errors import InputError
 
 _SUFFIXES = (".json", ".yaml", ".yml")
 
-# HF architecture -> (is MoE, has q/k norms, has q/k/v biases, names of the expert fields)
+# HF architecture -> whether it is an MoE, has q/k norms (Qwen3), has q/k/v biases (Qwen2)
 SUPPORTED: dict[str, dict[str, Any]] = {
     "LlamaForCausalLM": {"moe": False, "qk_norm": False, "qkv_bias": False},
     "MistralForCausalLM": {"moe": False, "qk_norm": False, "qkv_bias": False},
@@ -151,8 +153,9 @@ def from_hf_config(doc: dict[str, Any], source: str, name: str) -> dict[str, Any
     return fields
 
 
-def is_model_path(name: str) -> bool:
-    """Whether a `cluster.model` value names a file rather than a bundled model."""
+def is_spec_path(name: str) -> bool:
+    """Whether a `cluster.model` or `cluster.gpu` value names a file rather than a bundled
+    spec: it has a folder or a .json, .yaml or .yml suffix."""
     return name.endswith(_SUFFIXES) or os.sep in name or "/" in name
 
 
