@@ -17,7 +17,7 @@ numpy only, deterministic.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +114,9 @@ class TurnEnding:
 
 @dataclass(frozen=True, slots=True)
 class TurnCountLaw:
+    """`WorkloadSpec`'s turn fields: the share run to the cap, and the lognormal of the
+    others by its median and 90th percentile (before rounding and clipping)."""
+
     run_to_cap_fraction: float
     median: float
     p90: float
@@ -195,9 +198,13 @@ def turn_count_law(endings: Sequence[TurnEnding], min_turns: int, max_turns: int
 
 
 def _grid_best(
-    score: object, mu_axis: np.ndarray, sig_axis: np.ndarray, f_axis: np.ndarray
+    score: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    mu_axis: np.ndarray,
+    sig_axis: np.ndarray,
+    f_axis: np.ndarray,
 ) -> tuple[float, float, float]:
+    """The (mu, sigma, f) of the grid with the highest score."""
     m, s, f = np.meshgrid(mu_axis, sig_axis, f_axis, indexing="ij")
-    values = score(m.ravel(), s.ravel(), f.ravel())  # type: ignore[operator]
+    values = score(m.ravel(), s.ravel(), f.ravel())
     i = int(np.argmax(values))
     return float(m.ravel()[i]), float(s.ravel()[i]), float(f.ravel()[i])
