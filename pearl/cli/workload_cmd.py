@@ -123,6 +123,7 @@ def register(profile_app: typer.Typer) -> None:
     def workload(
         source: Path = typer.Argument(
             ...,
+            metavar="RUN_DIR|TELEMETRY.jsonl",
             help="Telemetry JSONL (docs/telemetry.md) or a run directory holding one "
             "(pearl run's, or pearl simulate --out's: its config gives the limits).",
         ),
