@@ -34,18 +34,11 @@ def run_dir_limits(run_dir: Path) -> tuple[int | None, int | None]:
     except yaml.YAMLError:
         raise InputError(str(path), "not valid YAML") from None
     if isinstance(doc, dict) and "env" in doc:
-        from pearl.envs.registry import make_env
+        from pearl.runtime.control_setup import env_max_turns
         from pearl.runtime.run_config import load_run_config
 
-        run = load_run_config(path)
-        try:
-            env = make_env(run.env.name, **run.env.kwargs)
-        except (KeyError, TypeError, ValueError) as err:
-            raise InputError(str(path), str(err), field="env") from None
-        try:
-            return run.rollout.max_context_tokens, int(env.max_turns)
-        finally:
-            env.close()
+        run = load_run_config(path)  # checks the environment's name and kwargs
+        return run.rollout.max_context_tokens, env_max_turns(run)
     from pearl.sim.config import load_config
     from pearl.specs.workload import workload_from_dict
 

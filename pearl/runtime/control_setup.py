@@ -40,7 +40,7 @@ def build_controller(
     hardware = slot_prior(cfg, model_cfg)
     advisor = policy.make_advisor(
         hardware=hardware,
-        initial_profile=workload_prior(cfg, hardware, _env_max_turns(cfg)),
+        initial_profile=workload_prior(cfg, hardware, env_max_turns(cfg)),
         batch_size=cfg.rollout.batch_size,
         gpus_per_worker=cfg.cluster.gpus_per_worker,
         costs=costs,
@@ -62,7 +62,7 @@ def build_controller(
     return controller, costs
 
 
-def _env_max_turns(cfg: RunConfig) -> int:
+def env_max_turns(cfg: RunConfig) -> int:
     """The environment's turn cap (building one is cheap: a sandbox starts at reset)."""
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     try:

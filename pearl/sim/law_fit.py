@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 _Z90 = 1.2815515655446004
-_MIN_DURATION_S = 1e-3  # a duration shorter than this is taken as this (log of 0)
+MIN_DURATION_S = 1e-3  # a duration shorter than this is taken as this (log of 0)
 _SIGMA_FLOOR = 0.05  # a point mass (a timeout) is not an infinite density
 
 
@@ -46,7 +46,7 @@ def lognormal_mixture(
     """Fit a mixture of lognormals to durations: `[(weight, mu, sigma), ...]` in log space,
     sorted by mu; 1..max_components components, chosen by the Bayesian information
     criterion (each extra component must pay for its three parameters)."""
-    logs = np.log(np.maximum(np.asarray(samples_s, dtype=float), _MIN_DURATION_S))
+    logs = np.log(np.maximum(np.asarray(samples_s, dtype=float), MIN_DURATION_S))
     n = len(logs)
     if n == 0:
         raise ValueError("no durations to fit")

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +43,16 @@ from pydantic import ValidationError
 
 from pearl.control.telemetry import TurnRecord
 from pearl.errors import from_validation
-from pearl.sim.law_fit import TurnEnding, lognormal_mixture, normal_cdf, turn_count_law
-from pearl.specs.workload import WorkloadSpec
+from pearl.sim.law_fit import (
+    MIN_DURATION_S,
+    TurnEnding,
+    lognormal_mixture,
+    normal_cdf,
+    turn_count_law,
+)
+from pearl.specs.workload import TokenDist, WorkloadSpec
 
-_Z90 = 1.2815515655446004
 _Z95 = 1.6448536269514722
-_MIN_ENV_S = 1e-3  # an environment step shorter than this is taken as this (log of 0)
 
 
 class WorkloadFitError(ValueError):
@@ -308,35 +312,33 @@ def _observation_dist(complete: list[ObservedTrajectory], notes: list[str]) -> d
     return _token_dist([max(0, g) for g in grown], "observations")
 
 
-def _no_room_probability(observation: dict[str, Any], room_below: int) -> Any:
+def _no_room_probability(observation: dict[str, Any], room_below: int) -> Callable[[int], float]:
     """P(the observation after a turn ending at `end` tokens leaves no room for another
     turn), i.e. P(observation >= room_below - end) under the fitted observation law."""
-    median = float(observation["median_tokens"])
-    sigma = math.log(float(observation["p90_tokens"]) / median) / _Z90 if median > 0 else 0.0
-    lo, hi = int(observation["min_tokens"]), int(observation["max_tokens"])
+    law = TokenDist.model_validate(observation)
 
     def p(end: int) -> float:
         need = room_below - end
-        if need <= lo:
+        if need <= law.min_tokens:
             return 1.0
-        if need > hi:
+        if need > law.max_tokens:
             return 0.0
-        if sigma <= 0:
-            return 1.0 if median >= need - 0.5 else 0.0
-        z = (math.log(need - 0.5) - math.log(median)) / sigma
+        if law.sigma <= 0:
+            return 1.0 if law.median_tokens >= need - 0.5 else 0.0
+        z = (math.log(need - 0.5) - math.log(law.median_tokens)) / law.sigma
         return float(1.0 - normal_cdf(np.array(z)))
 
     return p
 
 
 def _env_components(envs: list[float]) -> list[dict[str, Any]]:
-    longest = max(max(envs), 2 * _MIN_ENV_S)
+    longest = max(max(envs), 2 * MIN_DURATION_S)
     return [
         {
             "name": f"fit-{i + 1}",
             "weight": round(w, 4),
-            "median_s": round(max(math.exp(mu), _MIN_ENV_S), 4),
-            "p95_s": round(max(math.exp(mu + _Z95 * sd), _MIN_ENV_S), 4),
+            "median_s": round(max(math.exp(mu), MIN_DURATION_S), 4),
+            "p95_s": round(max(math.exp(mu + _Z95 * sd), MIN_DURATION_S), 4),
             "max_s": round(longest, 4),
         }
         for i, (w, mu, sd) in enumerate(lognormal_mixture(envs))
