@@ -4,6 +4,9 @@ used to fit a workload from telemetry (`pearl.sim.workload_fit`).
 * `lognormal_mixture`: environment-step latencies as a mixture of lognormals
   (expectation-maximisation on the log; the number of components by the Bayesian
   information criterion).
+* `truncated_quantiles`: quantiles of a law from values each seen only because it fell
+  below its own limit (an observation that would have filled the context ended its
+  trajectory unseen, so the largest are missing from the records, most near the limit).
 * `turn_count_law`: the turn-count law (`run_to_cap_fraction`, and the lognormal of the
   trajectories that stop on their own, rounded and clipped to [min, max] turns) by maximum
   likelihood from trajectories of which many were *censored*: the length limit ended them
@@ -94,6 +97,34 @@ def _em(
             break
     order = np.argsort(mu)
     return [(float(weight[i]), float(mu[i]), float(sigma[i])) for i in order], loglik
+
+
+# -- truncated token counts ---------------------------------------------------------------------
+def truncated_quantiles(
+    values: Sequence[float], limits: Sequence[float], quantiles: Sequence[float]
+) -> list[float]:
+    """Quantiles of a law X from values each seen only because it fell below its own limit
+    (value i is a draw with X < `limits[i]`; draws at or above it were never recorded).
+
+    Lynden-Bell's product-limit estimator for right-truncated data (Lynden-Bell 1971; the
+    mirror image of Kaplan-Meier's): going down from the largest value, the distribution
+    function below each distinct value t is its value at t times (1 - d/R), d the values
+    equal to t and R those that could have been seen at t (a value at most t, a limit above
+    t). Without truncation (every limit above every value) these are the sample's own
+    quantiles; nothing is assumed about X's shape. Each quantile is the smallest value
+    whose estimated distribution function reaches it."""
+    x = np.asarray(values, dtype=float)
+    if len(x) == 0:
+        raise ValueError("no values to fit")
+    u = np.maximum(np.asarray(limits, dtype=float), x + 1e-9)  # a value is below its limit
+    t, d = np.unique(x, return_counts=True)
+    at_risk = np.searchsorted(np.sort(x), t, side="right") - np.searchsorted(
+        np.sort(u), t, side="right"
+    )
+    keep = 1.0 - d / at_risk  # P(X < t_k | X <= t_k)
+    below = np.cumprod(keep[::-1])[::-1]  # F(t_k-) = prod over t_j >= t_k of keep_j
+    cdf = np.append(below[1:], 1.0)  # F(t_k) = F(t_{k+1}-)
+    return [float(t[min(int(np.searchsorted(cdf, q - 1e-12)), len(t) - 1)]) for q in quantiles]
 
 
 # -- turn counts -------------------------------------------------------------------------------

@@ -9,7 +9,12 @@ i.e. the parameters `pearl.sim.trajectories.TrajectorySampler` draws trajectorie
 * tokens generated a turn: a lognormal by its median and 90th percentile, clipped to the
   smallest and largest seen (turns cut by the length limit left out);
 * observation tokens: what a context grew by between two turns beyond the tokens the
-  turn generated (the chat template included, so `template_tokens` is 0);
+  turn generated (the chat template included, so `template_tokens` is 0): a lognormal by
+  its median and 90th percentile, clipped to the smallest and largest seen. The
+  quantiles take each growth as *truncated* at the room its turn left: an observation
+  that left no room for another turn ended its trajectory unrecorded, so the growths seen
+  understate the law where the length limit is near
+  (`pearl.sim.law_fit.truncated_quantiles`);
 * turns: `run_to_cap_fraction` and the lognormal of the trajectories that stop on their
   own, by maximum likelihood over how each trajectory ended (on its own, at the turn cap,
   cut mid-generation by the length limit, or left no room by its last observation, whose
@@ -48,6 +53,7 @@ from pearl.sim.law_fit import (
     TurnEnding,
     lognormal_mixture,
     normal_cdf,
+    truncated_quantiles,
     turn_count_law,
 )
 from pearl.specs.workload import TokenDist, WorkloadSpec
@@ -141,14 +147,23 @@ def observed_trajectories(turns: Iterable[TurnRecord]) -> tuple[list[ObservedTra
     return out, headless
 
 
-def _token_dist(values: Sequence[int], what: str) -> dict[str, Any]:
+def _token_dist(
+    values: Sequence[int], what: str, limits: Sequence[int] | None = None
+) -> dict[str, Any]:
     """A `TokenDist`: the median and 90th percentile of the positive values (a lognormal
-    has no zeros; they stay in `min_tokens`), clipped to the smallest and largest seen."""
+    has no zeros; they stay in `min_tokens`), clipped to the smallest and largest seen.
+    With `limits`, value i was seen only because it was below `limits[i]`."""
     if not values:
         raise WorkloadFitError(f"no {what} to fit")
-    positive = np.asarray([v for v in values if v > 0] or [1], dtype=float)
-    median = float(np.median(positive))
-    p90 = max(median, float(np.quantile(positive, 0.9)))
+    if limits is not None:
+        kept = [(v, lim) for v, lim in zip(values, limits, strict=True) if v > 0] or [(1, 2)]
+        median, p90 = truncated_quantiles(
+            [v for v, _ in kept], [lim for _, lim in kept], (0.5, 0.9)
+        )
+    else:
+        positive = np.asarray([v for v in values if v > 0] or [1], dtype=float)
+        median, p90 = float(np.median(positive)), float(np.quantile(positive, 0.9))
+    p90 = max(median, p90)
     return {
         "median_tokens": round(median, 1),
         "p90_tokens": round(p90, 1),
@@ -215,9 +230,10 @@ def fit_workload(
         if not t.resumed[j] and not cut_mid_turn(t, j)
     ]
     decode = _token_dist(generated, "generated tokens (every turn was cut or resumed)")
-    observation = _observation_dist(complete, notes)
+    room_below = cap - int(decode["min_tokens"])  # a next turn needs its context below this
+    observation = _observation_dist(complete, room_below, notes)
     min_turns = min(t.num_turns for t in complete)
-    no_room = _no_room_probability(observation, cap - int(decode["min_tokens"]))
+    no_room = _no_room_probability(observation, room_below)
     endings = [
         TurnEnding(t.num_turns, cut_mid_turn(t, len(t.turns) - 1), no_room(t.end_tokens))
         for t in complete
@@ -292,14 +308,20 @@ def _complete(trajs: list[ObservedTrajectory], notes: list[str]) -> list[Observe
     return trajs
 
 
-def _observation_dist(complete: list[ObservedTrajectory], notes: list[str]) -> dict[str, Any]:
-    """What a context grew by between two turns beyond the tokens its turn generated."""
-    grown = [
-        t.contexts[j + 1] - t.contexts[j] - t.decodes[j]
-        for t in complete
-        for j in t.consecutive()
-        if not t.resumed[j + 1]  # a resumed turn's context holds its earlier partial answer
-    ]
+def _observation_dist(
+    complete: list[ObservedTrajectory], room_below: int, notes: list[str]
+) -> dict[str, Any]:
+    """What a context grew by between two turns beyond the tokens its turn generated, each
+    growth seen only because it was below the room its turn left."""
+    grown: list[int] = []
+    rooms: list[int] = []  # the room each growth's turn left: the growth is below it
+    for t in complete:
+        for j in t.consecutive():
+            if t.resumed[j + 1]:  # a resumed turn's context holds its earlier partial answer
+                continue
+            end = t.contexts[j] + t.decodes[j]
+            grown.append(t.contexts[j + 1] - end)
+            rooms.append(room_below - end)
     if not grown:
         notes.append("no trajectory has two turns: observation tokens set to 0-1")
         return {"median_tokens": 1.0, "p90_tokens": 1.0, "min_tokens": 0, "max_tokens": 1}
@@ -309,7 +331,7 @@ def _observation_dist(complete: list[ObservedTrajectory], notes: list[str]) -> d
             f"{shrunk} of {len(grown)} turn(s) shrank the context (an agent that rewrites "
             "its history): the world only appends, so those count as 0 tokens"
         )
-    return _token_dist([max(0, g) for g in grown], "observations")
+    return _token_dist([max(0, g) for g in grown], "observations", rooms)
 
 
 def _no_room_probability(observation: dict[str, Any], room_below: int) -> Callable[[int], float]:
