@@ -6,6 +6,8 @@ applies its own efficiency factors and the runtime tracker learns real speeds fr
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -157,6 +159,15 @@ def get_gpu(name: str) -> GpuSpec:
         f"unknown GPU '{name}'; known: {', '.join(sorted(specs))}, or a GPU file (YAML)",
         field="gpu",
     )
+
+
+def model_labels(names: Sequence[str]) -> dict[str, str]:
+    """Each model's name for a table's row: a bundled model's own, a model file's spec name
+    (its folder for a config.json, else its stem) unless two files share one, which keep
+    their paths."""
+    labels = {n: get_model(n).name if is_spec_path(n) else n for n in names}
+    counts = Counter(labels.values())
+    return {n: label if counts[label] == 1 else n for n, label in labels.items()}
 
 
 def get_model(name: str) -> ModelSpec:

@@ -276,8 +276,10 @@ def test_models_option_runs_the_given_models(tmp_path: Path) -> None:
     mine = write_hf_config(tmp_path / "mine", "qwen3-8b")
     res = runner.invoke(app, ["experiment", "e2e", "--quick", "--models", str(mine), "--json"])
     assert res.exit_code == 0, res.output
-    rows = json.loads(res.stdout)["rows"]
-    assert rows and {r["model"] for r in rows} == {str(mine)}
+    doc = json.loads(res.stdout)
+    # rows say the model's name (its folder), a note the file behind it
+    assert doc["rows"] and {r["model"] for r in doc["rows"]} == {"mine"}
+    assert f"model files: mine = {mine}" in doc["notes"]
     res = runner.invoke(app, ["experiment", "ablation", "--quick", "--models", "a,b"])
     assert res.exit_code == 2 and "--models" in res.stderr and "one model" in res.stderr
     res = runner.invoke(app, ["experiment", "e2e", "--quick", "--models", str(tmp_path / "x.json")])

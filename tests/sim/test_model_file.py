@@ -9,7 +9,7 @@ import yaml
 from model_files import hf_config, write_hf_config
 
 from pearl.errors import InputError
-from pearl.specs import get_model, model_specs
+from pearl.specs import get_model, model_labels, model_specs
 from pearl.specs.model_file import SUPPORTED, derived_params
 
 
@@ -108,6 +108,18 @@ def test_unknown_name_and_missing_file():
         get_model("qwen3-9b")
     with pytest.raises(InputError, match="nope.json.*file not found"):
         get_model("nope.json")
+
+
+def test_table_labels_are_model_names_unless_two_files_share_one(tmp_path):
+    a = write_hf_config(tmp_path / "mine", "qwen3-8b")
+    b = write_hf_config(tmp_path / "other" / "mine", "qwen3-8b")
+    c = write_hf_config(tmp_path / "theirs", "qwen3-8b")
+    assert model_labels(["qwen3-8b", str(a), str(c)]) == {
+        "qwen3-8b": "qwen3-8b",
+        str(a): "mine",
+        str(c): "theirs",
+    }
+    assert model_labels([str(a), str(b)]) == {str(a): str(a), str(b): str(b)}
 
 
 def test_every_supported_architecture_is_named_in_the_docs():

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pearl.sim.compare import default_jobs, run_simulation
 from pearl.sim.config import SimConfig
-from pearl.sim.experiments.result import BarPlot, ExperimentResult
+from pearl.sim.experiments.result import BarPlot, ExperimentResult, model_files_note
 from pearl.sim.policy_run import Progress
+from pearl.specs.hardware import model_labels
 
 MODELS = ("qwen3-8b", "qwen3-30b-a3b")
 TRACES = ("seg1", "seg2", "seg3")
@@ -25,7 +26,9 @@ def run(
     timeline = None
     values: dict[str, list[float]] = {p: [] for p in policies}
     groups = []
+    labels = model_labels(models)
     for model in models:
+        label = labels[model]
         for trace in traces:
             c = cfg.with_updates(
                 **{
@@ -36,12 +39,12 @@ def run(
                 }
             )
             res = run_simulation(c, progress=progress, with_bound=with_bound, jobs=default_jobs())
-            groups.append(f"{model} {trace}")
+            groups.append(f"{label} {trace}")
             for r in res.runs:
                 s = r.summary
                 rows.append(
                     {
-                        "model": model,
+                        "model": label,
                         "trace": trace,
                         "policy": r.name,
                         "traj/h": s["trajs_per_hour"],
@@ -55,11 +58,11 @@ def run(
                 )
                 values[r.name].append(s["trajs_per_hour"])
                 if timeline is None and r.name == policies[0]:
-                    timeline = (f"{r.name} on {trace} ({model})", r.log.history, r.duration_s)
+                    timeline = (f"{r.name} on {trace} ({label})", r.log.history, r.duration_s)
             if res.bound is not None:
                 rows.append(
                     {
-                        "model": model,
+                        "model": label,
                         "trace": trace,
                         "policy": "bound",
                         "traj/h": res.bound.trajs_per_hour,
@@ -84,7 +87,8 @@ def run(
         rows=rows,
         notes=[
             f"batch {cfg.rollout.batch_size}, length limit {cfg.rollout.max_context_tokens}, "
-            f"seed {cfg.seed}; 'of bound' is trajectories as a fraction of the upper bound."
+            f"seed {cfg.seed}; 'of bound' is trajectories as a fraction of the upper bound.",
+            *model_files_note(labels),
         ],
         bars=[
             BarPlot(

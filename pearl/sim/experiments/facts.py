@@ -43,25 +43,26 @@ from pearl.sim.experiments.facts_runs import (
     sync_scaling,
     unlimited_pool,
 )
-from pearl.sim.experiments.result import ExperimentResult
+from pearl.sim.experiments.result import ExperimentResult, model_files_note
 from pearl.sim.policy_run import Progress
+from pearl.specs.hardware import model_labels
 from pearl.specs.workload import WorkloadSpec
 
 __all__ = ["MODELS", "PdPoint", "crossover_verdict", "pd_point", "run", "unlimited_pool"]
 
 
-def _split_headroom(cfg: SimConfig, model: str, p: PdPoint) -> str:
+def _split_headroom(cfg: SimConfig, model: str, label: str, p: PdPoint) -> str:
     """How much any split could win at this batch: no pool beats the slowest trajectory
     alone on a GPU (the unlimited pool's makespan), so the paper's +9.7% needs the best
     split within colocated / 1.097 of that floor."""
     if not p.disaggregated_s:
-        return f"{model} batch {p.batch}: no split in the range"
+        return f"{label} batch {p.batch}: no split in the range"
     floor, _ = unlimited_pool(
         cfg.with_updates(**{"cluster.model": model, "rollout.batch_size": p.batch})
     )
     best = p.disaggregated_s[p.best_ratio]
     return (
-        f"{model} batch {p.batch}: the slowest of {p.batch} trajectories alone on a GPU takes "
+        f"{label} batch {p.batch}: the slowest of {p.batch} trajectories alone on a GPU takes "
         f"{floor:.0f} s (mean of 8 seeds, pearl.sim.calibration.critical_path), a floor no "
         f"pool beats; colocation is {p.colocated_s / floor - 1:.0%} above it, the best split "
         f"{best / floor - 1:.0%}, and the paper's +9.7% would need the split within "
@@ -222,11 +223,13 @@ def run(
         )
     )
     # §3.3 PD crossover on 8 GPUs
+    labels = model_labels(models)
     for model in models:
+        label = labels[model]
         pts = {b: pd_point(cfg, model, b, seeds=seeds, progress=progress) for b in batches}
         for b, p in pts.items():
             notes.append(
-                f"{model} batch {b} on {PD_GPUS} GPUs (mean of {len(seeds)} seeds): "
+                f"{label} batch {b} on {PD_GPUS} GPUs (mean of {len(seeds)} seeds): "
                 f"colocated {secs(p.colocated_s)}; "
                 + ", ".join(f"{r[0]}P{r[1]}D {secs(s)}" for r, s in p.disaggregated_s.items())
             )
@@ -247,7 +250,7 @@ def run(
             sim = f"{g:+.1%} ({pts[b].best_ratio[0]}P{pts[b].best_ratio[1]}D{spread}){off}"
             rows.append(
                 _row(
-                    f"§3.3 best disaggregated vs colocated, batch {b} ({model})",
+                    f"§3.3 best disaggregated vs colocated, batch {b} ({label})",
                     paper,
                     sim,
                     "sign, and magnitude +-5 points",
@@ -255,12 +258,12 @@ def run(
                     how,
                 )
             )
-        notes.append(_split_headroom(cfg, model, pts[lo]))
+        notes.append(_split_headroom(cfg, model, label, pts[lo]))
         if 48 in pts and 64 in pts:
             r48, r64 = pts[48].best_ratio, pts[64].best_ratio
             rows.append(
                 _row(
-                    f"§3.3 best ratio, batch 48 -> 64 ({model})",
+                    f"§3.3 best ratio, batch 48 -> 64 ({label})",
                     "4P4D -> 5P3D (more prefill)",
                     f"{r48[0]}P{r48[1]}D -> {r64[0]}P{r64[1]}D",
                     "direction: prefill share not lower",
@@ -283,6 +286,7 @@ def run(
         "(§3.3: each seed's own best split in the range; a sign the seeds disagree on is a "
         "MISS); the §1 share is one seed."
     )
+    notes.extend(model_files_note(labels))
     return ExperimentResult(
         name="facts",
         title="The paper's §3 measurements of the real world, in the simulated world",

@@ -31,9 +31,10 @@ from typing import Any
 from pearl.sim.bound import BALANCED, BOUND_RUN_S, static_rate
 from pearl.sim.compare import SimulationResult, default_jobs, run_simulation
 from pearl.sim.config import SimConfig
-from pearl.sim.experiments.result import BarPlot, ExperimentResult
+from pearl.sim.experiments.result import BarPlot, ExperimentResult, model_files_note
 from pearl.sim.playback import live_gpu_seconds
 from pearl.sim.policy_run import PolicyRun, Progress, trace_actions
+from pearl.specs.hardware import model_labels
 
 MODELS = ("qwen3-8b", "qwen3-30b-a3b")
 TRACES = ("seg1", "seg2", "seg3")
@@ -106,7 +107,9 @@ def run(
     notes: list[str] = []
     groups: list[str] = []
     values: dict[str, list[float]] = {RUNG_LABELS.get(r, r): [] for r in rungs}
+    labels = model_labels(models)
     for model in models:
+        label = labels[model]
         for trace in traces:
             c = cfg.with_updates(
                 **{
@@ -118,14 +121,14 @@ def run(
             )
             res = run_simulation(c, progress=progress, with_bound=True, jobs=default_jobs())
             assert res.bound is not None
-            groups.append(f"{model} {trace}")
+            groups.append(f"{label} {trace}")
             prev = None
             for r in res.runs:
                 tph = r.summary["trajs_per_hour"]
                 values[RUNG_LABELS.get(r.name, r.name)].append(tph)
                 rows.append(
                     {
-                        "model": model,
+                        "model": label,
                         "trace": trace,
                         "rung": RUNG_LABELS.get(r.name, r.name),
                         "policy": r.name,
@@ -137,7 +140,7 @@ def run(
                 prev = tph
             rows.append(
                 {
-                    "model": model,
+                    "model": label,
                     "trace": trace,
                     "rung": f"bound ({res.bound.limited_by})",
                     "policy": "bound",
@@ -151,7 +154,7 @@ def run(
                 per_h = 3600.0 / res.duration_s
                 lost = ", ".join(f"{k} {v * per_h:+.0f}" for k, v in b["parts"].items())
                 notes.append(
-                    f"{model} {trace}: pearl {pearl.summary['trajs_per_hour']:.0f} traj/h of a "
+                    f"{label} {trace}: pearl {pearl.summary['trajs_per_hour']:.0f} traj/h of a "
                     f"capacity of {b['capacity'] * per_h:.0f} at the best per-GPU rate "
                     f"(bound {res.bound.trajs_per_hour:.0f}, {res.bound.limited_by}); lost "
                     f"traj/h: {lost}; mean active GPUs {b['mean_active_gpus']:.1f}, best "
@@ -162,6 +165,7 @@ def run(
         "(pearl.sim.bound: GPU capacity at the best static per-GPU rate, or the staleness "
         "pipeline with each batch at its latency floor, whichever is smaller)."
     )
+    notes.extend(model_files_note(labels))
     return ExperimentResult(
         name="ladder",
         title="Where PEARL's throughput comes from: ROLL -> RLBoost+ -> PEARL, one mechanism a rung",

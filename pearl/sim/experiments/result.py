@@ -66,6 +66,13 @@ class ExperimentResult:
         return paths
 
 
+def model_files_note(labels: dict[str, str]) -> list[str]:
+    """A note naming the file behind each row label that is a model file's name
+    (`pearl.specs.hardware.model_labels`); none when every model is bundled."""
+    files = [f"{label} = {name}" for name, label in labels.items() if label != name]
+    return [f"model files: {'; '.join(files)}"] if files else []
+
+
 def _cell(v: Any) -> str:
     if v is None:
         return "-"
