@@ -62,8 +62,8 @@ def test_split_headroom_measures_against_the_alone_on_a_gpu_floor() -> None:
     cfg = SimConfig()
     floor, _ = unlimited_pool(cfg.with_updates(**{"rollout.batch_size": 8}))
     p = PdPoint(8, colocated_s=1.3 * floor, disaggregated_s={(1, 1): 1.2 * floor})
-    note = _split_headroom(cfg, "qwen3-8b", p)
+    note = _split_headroom(cfg, "qwen3-8b", "qwen3-8b", p)
     assert f"takes {floor:.0f} s" in note
     assert "colocation is 30% above it, the best split 20%" in note
     assert f"within {1.3 / 1.097 - 1:.0%} of it" in note
-    assert "no split" in _split_headroom(cfg, "qwen3-8b", PdPoint(8, 100.0, {}))
+    assert "no split" in _split_headroom(cfg, "qwen3-8b", "qwen3-8b", PdPoint(8, 100.0, {}))
