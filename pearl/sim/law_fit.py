@@ -7,6 +7,8 @@ used to fit a workload from telemetry (`pearl.sim.workload_fit`).
 * `truncated_quantiles`: quantiles of a law from values each seen only because it fell
   below its own limit (an observation that would have filled the context ended its
   trajectory unseen, so the largest are missing from the records, most near the limit).
+* `censored_quantiles`: quantiles of a law from values of which some are only lower
+  bounds (a generation the length limit cut would have gone on).
 * `turn_count_law`: the turn-count law (`run_to_cap_fraction`, and the lognormal of the
   trajectories that stop on their own, rounded and clipped to [min, max] turns) by maximum
   likelihood from trajectories of which many were *censored*: the length limit ended them
@@ -125,6 +127,36 @@ def truncated_quantiles(
     below = np.cumprod(keep[::-1])[::-1]  # F(t_k-) = prod over t_j >= t_k of keep_j
     cdf = np.append(below[1:], 1.0)  # F(t_k) = F(t_{k+1}-)
     return [float(t[min(int(np.searchsorted(cdf, q - 1e-12)), len(t) - 1)]) for q in quantiles]
+
+
+def censored_quantiles(
+    values: Sequence[float], censored: Sequence[bool], quantiles: Sequence[float]
+) -> list[float]:
+    """Quantiles of a law X from values of which the `censored` ones are lower bounds
+    (X >= value: the draw was cut there), by Kaplan and Meier's product-limit estimator
+    (1958): going up through the distinct values t, the survival P(X > t) is multiplied by
+    (1 - d/R), d the uncensored values equal to t and R the values that could still end at
+    t (an uncensored value at least t, a censored one above t). Without censoring these are
+    the sample's own quantiles. Each quantile is the smallest uncensored value whose
+    estimated distribution function reaches it; where censoring hides the law above some
+    quantile, the largest value seen."""
+    v = np.asarray(values, dtype=float)
+    cut = np.asarray(censored, dtype=bool)
+    if len(v) == 0:
+        raise ValueError("no values to fit")
+    seen = np.sort(v[~cut])
+    if len(seen) == 0:
+        return [float(v.max())] * len(quantiles)
+    t, d = np.unique(seen, return_counts=True)
+    at_risk = (len(seen) - np.searchsorted(seen, t, side="left")) + (
+        len(v[cut]) - np.searchsorted(np.sort(v[cut]), t, side="right")
+    )
+    cdf = 1.0 - np.cumprod(1.0 - d / at_risk)  # F(t_k) = 1 - prod over t_j <= t_k
+    out = []
+    for q in quantiles:
+        i = int(np.searchsorted(cdf, q - 1e-12))
+        out.append(float(t[i]) if i < len(t) else float(v.max()))
+    return out
 
 
 # -- turn counts -------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ i.e. the parameters `pearl.sim.trajectories.TrajectorySampler` draws trajectorie
 
 * the initial prompt: turn 0's context; uniform between the smallest and largest seen;
 * tokens generated a turn: a lognormal by its median and 90th percentile, clipped to the
-  smallest and largest seen (turns cut by the length limit left out);
+  smallest and largest seen; a generation the length limit cut is a lower bound of what
+  the policy would have generated (Kaplan-Meier, `pearl.sim.law_fit.censored_quantiles`),
+  since leaving the cut ones, mostly long, out would shorten the law;
 * observation tokens: what a context grew by between two turns beyond the tokens the
   turn generated (the chat template included, so `template_tokens` is 0): a lognormal by
   its median and 90th percentile, clipped to the smallest and largest seen. The
@@ -51,6 +53,7 @@ from pearl.errors import from_validation
 from pearl.sim.law_fit import (
     MIN_DURATION_S,
     TurnEnding,
+    censored_quantiles,
     lognormal_mixture,
     normal_cdf,
     truncated_quantiles,
@@ -148,20 +151,25 @@ def observed_trajectories(turns: Iterable[TurnRecord]) -> tuple[list[ObservedTra
 
 
 def _token_dist(
-    values: Sequence[int], what: str, limits: Sequence[int] | None = None
+    values: Sequence[int],
+    what: str,
+    *,
+    limits: Sequence[int] | None = None,
+    censored: Sequence[bool] | None = None,
 ) -> dict[str, Any]:
     """A `TokenDist`: the median and 90th percentile of the positive values (a lognormal
     has no zeros; they stay in `min_tokens`), clipped to the smallest and largest seen.
-    With `limits`, value i was seen only because it was below `limits[i]`."""
+    With `limits`, value i was seen only because it was below `limits[i]`; with
+    `censored`, a censored value is a lower bound (the draw was cut there)."""
     if not values:
         raise WorkloadFitError(f"no {what} to fit")
-    if limits is not None:
-        kept = [(v, lim) for v, lim in zip(values, limits, strict=True) if v > 0] or [(1, 2)]
-        median, p90 = truncated_quantiles(
-            [v for v, _ in kept], [lim for _, lim in kept], (0.5, 0.9)
-        )
+    keep = [i for i, v in enumerate(values) if v > 0] or None
+    positive = [float(values[i]) for i in keep] if keep else [1.0]
+    if limits is not None and keep:
+        median, p90 = truncated_quantiles(positive, [limits[i] for i in keep], (0.5, 0.9))
+    elif censored is not None and keep:
+        median, p90 = censored_quantiles(positive, [censored[i] for i in keep], (0.5, 0.9))
     else:
-        positive = np.asarray([v for v in values if v > 0] or [1], dtype=float)
         median, p90 = float(np.median(positive)), float(np.quantile(positive, 0.9))
     p90 = max(median, p90)
     return {
@@ -222,14 +230,19 @@ def fit_workload(
     def cut_mid_turn(t: ObservedTrajectory, j: int) -> bool:
         return j == len(t.turns) - 1 and t.end_tokens >= cap
 
-    # a generation the limit cut ends there, not where the policy stopped: left out
-    generated = [
-        d
+    # a generation the limit cut ends there, not where the policy stopped: a lower bound
+    generations = [
+        (d, cut_mid_turn(t, j))
         for t in complete
         for j, d in enumerate(t.decodes)
-        if not t.resumed[j] and not cut_mid_turn(t, j)
+        if not t.resumed[j]
     ]
-    decode = _token_dist(generated, "generated tokens (every turn was cut or resumed)")
+    generated = [d for d, cut in generations if not cut]
+    if not generated:
+        raise WorkloadFitError("no generated tokens to fit (every turn was cut or resumed)")
+    decode = _token_dist(
+        [d for d, _ in generations], "generated tokens", censored=[c for _, c in generations]
+    )
     room_below = cap - int(decode["min_tokens"])  # a next turn needs its context below this
     observation = _observation_dist(complete, room_below, notes)
     min_turns = min(t.num_turns for t in complete)
@@ -331,7 +344,7 @@ def _observation_dist(
             f"{shrunk} of {len(grown)} turn(s) shrank the context (an agent that rewrites "
             "its history): the world only appends, so those count as 0 tokens"
         )
-    return _token_dist([max(0, g) for g in grown], "observations", rooms)
+    return _token_dist([max(0, g) for g in grown], "observations", limits=rooms)
 
 
 def _no_room_probability(observation: dict[str, Any], room_below: int) -> Callable[[int], float]:

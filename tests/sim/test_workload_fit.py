@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pearl.control.telemetry import TurnRecord, turn_record
 from pearl.sim.law_fit import (
     TurnEnding,
+    censored_quantiles,
     lognormal_mixture,
     normal_cdf,
     truncated_quantiles,
@@ -125,6 +126,21 @@ def test_observation_law_sees_through_the_length_limit():
         assert got[key] == pytest.approx(want[key], rel=0.05), key
 
 
+def test_generation_law_counts_the_cut_generations_as_lower_bounds():
+    """A thinking agent (median 1,000 tokens a turn, p90 3,000) on a 16K limit: one turn in
+    eleven is cut mid-generation, most of them long ones. Left out, they take the p90 to
+    ~2,700; as lower bounds of what the policy would have generated, the law comes back."""
+    spec = WorkloadSpec(
+        context_cap_tokens=16384,
+        decode_tokens={"median_tokens": 1000, "p90_tokens": 3000, "min_tokens": 8,
+                       "max_tokens": 8192},
+    )  # fmt: skip
+    fitted, fit = _refit(spec, max_context_tokens=16384, max_turns=50)
+    assert fit.samples["cut_mid_turn"] > 0.05 * fit.samples["generated"]
+    assert fitted.decode_tokens.median_tokens == pytest.approx(1000, rel=0.05)
+    assert fitted.decode_tokens.p90_tokens == pytest.approx(3000, rel=0.05)
+
+
 def test_limits_default_to_the_largest_seen_and_say_so():
     fitted, fit = _refit(WorkloadSpec(), n=300)
     assert any("length limit not given" in n for n in fit.notes)
@@ -230,6 +246,31 @@ def test_truncated_quantiles_recover_a_law_seen_below_random_limits():
     assert np.quantile(x[seen], 0.9) < 0.7 * 2500  # what quantiles of the kept ones say
     assert median == pytest.approx(400, rel=0.05)
     assert p90 == pytest.approx(2500, rel=0.05)
+
+
+@settings(max_examples=40)
+@given(
+    st.lists(st.integers(1, 60), min_size=1, max_size=40),
+    st.floats(0.05, 0.95),
+)
+def test_censored_quantiles_without_censoring_are_the_samples(values, q):
+    (got,) = censored_quantiles(values, [False] * len(values), [q])
+    assert got == float(np.quantile(values, q, method="inverted_cdf"))
+
+
+def test_censored_quantiles_recover_a_law_cut_at_random_points():
+    """Draws of a lognormal (median 1,000, p90 3,000) cut at a point uniform on
+    [500, 10000] (the room a turn had; a tenth are cut): the uncut ones' quantiles are low
+    (911 and 2,496), the estimator's are the law's."""
+    rng = np.random.default_rng(4)
+    x = np.round(np.exp(rng.normal(math.log(1000), math.log(3) / 1.2815515655446004, 40_000)))
+    room = np.round(rng.uniform(500, 10_000, len(x)))
+    cut = x >= room
+    shown = np.where(cut, room, x)
+    median, p90 = censored_quantiles(shown.tolist(), cut.tolist(), (0.5, 0.9))
+    assert np.quantile(x[~cut], 0.9) < 0.9 * 3000  # what the uncut ones alone say
+    assert median == pytest.approx(1000, rel=0.05)
+    assert p90 == pytest.approx(3000, rel=0.05)
 
 
 def test_mixture_recovers_two_kinds_of_step():
