@@ -172,10 +172,12 @@ def _token_dist(
     else:
         median, p90 = float(np.median(positive)), float(np.quantile(positive, 0.9))
     p90 = max(median, p90)
+    # a censored value bounds the law from below: it says nothing of the least value
+    uncut = [v for v, c in zip(values, censored, strict=True) if not c] if censored else values
     return {
         "median_tokens": round(median, 1),
         "p90_tokens": round(p90, 1),
-        "min_tokens": int(min(values)),
+        "min_tokens": int(min(uncut or values)),
         "max_tokens": max(1, int(max(values))),
     }
 

@@ -141,6 +141,20 @@ def test_generation_law_counts_the_cut_generations_as_lower_bounds():
     assert fitted.decode_tokens.p90_tokens == pytest.approx(3000, rel=0.05)
 
 
+def test_a_cut_generation_bounds_the_law_from_below_only():
+    """A generation cut 5 tokens short of the limit says the policy would have generated at
+    least 5: it raises the largest, never lowers the least."""
+    recs = [
+        _record("a", 0, 100, 50, 1.0), _record("a", 1, 200, 60, None),
+        _record("b", 0, 100, 40, 1.0), _record("b", 1, 2043, 5, None),  # cut by 2,048
+        _record("c", 0, 100, 45, 1.0), _record("c", 1, 180, 1868, None),  # cut too
+    ]  # fmt: skip
+    fit = fit_workload(recs, max_context_tokens=2048, max_turns=5)
+    decode = fit.workload["decode_tokens"]
+    assert (decode["min_tokens"], decode["max_tokens"]) == (40, 1868)
+    assert fit.samples["cut_mid_turn"] == 2
+
+
 def test_limits_default_to_the_largest_seen_and_say_so():
     fitted, fit = _refit(WorkloadSpec(), n=300)
     assert any("length limit not given" in n for n in fit.notes)
