@@ -7,6 +7,7 @@ The fit is `pearl.sim.workload_fit`; this module reads the files and prints.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,42 @@ def run_dir_limits(run_dir: Path) -> tuple[int | None, int | None]:
     return sim.rollout.max_context_tokens, spec.max_turns
 
 
+def parse_steps(text: str) -> tuple[int | None, int | None]:
+    """`--steps`: "N" (one rollout step), "FIRST:LAST" (inclusive), "FIRST:" or ":LAST"."""
+    lo_text, sep, hi_text = text.partition(":")
+    ends: list[int | None] = []
+    for part in (lo_text, hi_text if sep else lo_text):
+        part = part.strip()
+        if not part and sep:
+            ends.append(None)
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise InputError(
+                "<argument>",
+                f"{text!r}: give N, FIRST:LAST, FIRST: or :LAST (rollout steps, from 0)",
+                field="--steps",
+            )
+        ends.append(value)
+    lo, hi = ends
+    if lo is not None and hi is not None and lo > hi:
+        raise InputError("<argument>", f"{text!r}: FIRST is after LAST", field="--steps")
+    return lo, hi
+
+
 def fit_source(
-    source: Path, *, max_len: int | None = None, max_turns: int | None = None
+    source: Path,
+    *,
+    max_len: int | None = None,
+    max_turns: int | None = None,
+    steps: tuple[int | None, int | None] = (None, None),
 ) -> tuple[WorkloadFit, Path]:
     """Fit a telemetry file, or a run directory's telemetry.jsonl within its config's limits
-    (`max_len` / `max_turns` win over them). Returns the fit and the telemetry file read."""
+    (`max_len` / `max_turns` win over them), on the turns of rollout `steps` (inclusive;
+    None: open). Returns the fit and the telemetry file read."""
     path = source
     if source.is_dir():
         path = source / TELEMETRY_FILE
@@ -63,10 +95,30 @@ def fit_source(
         max_len = max_len if max_len is not None else run_len
         max_turns = max_turns if max_turns is not None else run_turns
     tel = read_telemetry(path, "a workload")
+    turns, note = tel.turns, None
+    lo, hi = steps
+    if (lo, hi) != (None, None):
+        present = sorted({t.step for t in turns})
+        turns = tuple(
+            t for t in turns if (lo is None or t.step >= lo) and (hi is None or t.step <= hi)
+        )
+        have = f"steps {present[0]}-{present[-1]}" if present else "no step"
+        want = f"{'' if lo is None else lo}:{'' if hi is None else hi}"
+        if not turns:
+            raise InputError(str(path), f"no turn in rollout steps {want} (it has {have})",
+                             field="--steps")  # fmt: skip
+        chosen = sorted({t.step for t in turns})
+        note = (
+            f"fitted to rollout steps {chosen[0]}-{chosen[-1]} ({len(chosen)} of the "
+            f"{len(present)} steps in the file, {have})"
+        )
     try:
-        return fit_workload(tel.turns, max_context_tokens=max_len, max_turns=max_turns), path
+        fit = fit_workload(turns, max_context_tokens=max_len, max_turns=max_turns)
     except WorkloadFitError as err:
         raise InputError(str(path), str(err)) from None
+    if note is not None:
+        fit = dataclasses.replace(fit, notes=(note, *fit.notes))
+    return fit, path
 
 
 def config_yaml(fit: WorkloadFit, telemetry: Path) -> str:
@@ -131,6 +183,14 @@ def register(profile_app: typer.Typer) -> None:
             "--max-turns",
             help="The run's turn cap (default: a run directory's config, else the most seen).",
         ),
+        steps: str | None = typer.Option(
+            None,
+            "--steps",
+            metavar="FIRST:LAST",
+            help="Fit only these rollout steps' trajectories (inclusive; N, FIRST:LAST, "
+            "FIRST: or :LAST): an agent's trajectories change as it trains, and the latest "
+            "steps are the workload to plan for.",
+        ),
         out: Path | None = typer.Option(
             None, "--out", help="Write the config here (default: print it on stdout)."
         ),
@@ -140,7 +200,12 @@ def register(profile_app: typer.Typer) -> None:
         for name, value in (("--max-len", max_len), ("--max-turns", max_turns)):
             if value is not None and value < 1:
                 raise InputError("<argument>", f"must be >= 1, got {value}", field=name)
-        fit, telemetry = fit_source(source, max_len=max_len, max_turns=max_turns)
+        fit, telemetry = fit_source(
+            source,
+            max_len=max_len,
+            max_turns=max_turns,
+            steps=parse_steps(steps) if steps is not None else (None, None),
+        )
         text = config_yaml(fit, telemetry)
         if out is not None:
             out.write_text(text)
