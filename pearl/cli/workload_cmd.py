@@ -90,7 +90,9 @@ def fit_source(
     if source.is_dir():
         path = source / TELEMETRY_FILE
         if not path.is_file():
-            raise InputError(str(source), f"no {TELEMETRY_FILE} in this directory")
+            inside = sorted(p.parent.name for p in source.glob(f"*/{TELEMETRY_FILE}"))
+            hint = f" (give one of its runs: {', '.join(inside)})" if inside else ""
+            raise InputError(str(source), f"no {TELEMETRY_FILE} in this directory{hint}")
         run_len, run_turns = run_dir_limits(source)
         max_len = max_len if max_len is not None else run_len
         max_turns = max_turns if max_turns is not None else run_turns

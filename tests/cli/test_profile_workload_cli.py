@@ -135,6 +135,11 @@ def test_pearl_run_directory_takes_its_limits_from_config(tmp_path):
 def test_bad_inputs_are_one_line_errors(tmp_path):
     assert "nope.jsonl" in _one_line_error(["profile", "workload", tmp_path / "nope.jsonl"])
     assert "no telemetry.jsonl" in _one_line_error(["profile", "workload", tmp_path])
+    for policy in ("pearl", "rlboost+"):  # pearl simulate --out's top: its runs are named
+        (tmp_path / "sim" / policy).mkdir(parents=True)
+        (tmp_path / "sim" / policy / "telemetry.jsonl").write_text("")
+    line = _one_line_error(["profile", "workload", tmp_path / "sim"])
+    assert "give one of its runs: pearl, rlboost+" in line
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"kind": "turn", "traj_id": "a"}\n')
     assert "bad.jsonl:line 1" in _one_line_error(["profile", "workload", bad])
