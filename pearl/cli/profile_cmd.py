@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, print_json
-from pearl.cli.telemetry_input import read_telemetry
+from pearl.cli.telemetry_input import read_telemetry, telemetry_path
 from pearl.control.profile import HardwarePrior, ProfileError, WorkloadProfile
 from pearl.control.tracker import RuntimeTracker
 from pearl.errors import InputError, read_json
@@ -48,6 +48,7 @@ def fit_profile(
     alpha: float = 0.5,
 ) -> WorkloadProfile:
     """Fold every rollout step of a telemetry file, in order, into a fresh tracker."""
+    path = telemetry_path(path)
     tel = read_telemetry(path, "a profile")
     model = model or tel.meta.model
     gpu = gpu or tel.meta.gpu
@@ -92,7 +93,11 @@ def _fmt(v: Any) -> str:
 @profile_app.command("fit")
 @guarded
 def fit(
-    telemetry: Path = typer.Argument(..., help="Telemetry JSONL (see docs/telemetry.md)."),
+    telemetry: Path = typer.Argument(
+        ...,
+        metavar="RUN_DIR|TELEMETRY.jsonl",
+        help="Telemetry JSONL (see docs/telemetry.md) or a run directory holding one.",
+    ),
     model: str | None = typer.Option(
         None,
         "--model",

@@ -1,5 +1,7 @@
 """Reading a telemetry file at the CLI's edge: one-line errors naming the file, the line
-and the field (`pearl profile fit`, `pearl profile workload`)."""
+and the field (`pearl profile fit`, `pearl profile workload`). Either command takes the
+file, or a run directory holding one (`pearl run`'s, or one policy's of `pearl simulate
+--out`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,21 @@ from pathlib import Path
 from pearl.control.telemetry import TelemetryError
 from pearl.control.telemetry_jsonl import Telemetry, read_jsonl
 from pearl.errors import InputError
+
+TELEMETRY_FILE = "telemetry.jsonl"
+
+
+def telemetry_path(source: Path) -> Path:
+    """`source` itself, or a run directory's telemetry.jsonl; a directory without one is an
+    `InputError` that names the runs inside it (`pearl simulate --out`'s top directory)."""
+    if not source.is_dir():
+        return source
+    path = source / TELEMETRY_FILE
+    if not path.is_file():
+        inside = sorted(p.parent.name for p in source.glob(f"*/{TELEMETRY_FILE}"))
+        hint = f" (give one of its runs: {', '.join(inside)})" if inside else ""
+        raise InputError(str(source), f"no {TELEMETRY_FILE} in this directory{hint}")
+    return path
 
 
 def read_telemetry(path: Path, what: str) -> Telemetry:

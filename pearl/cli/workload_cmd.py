@@ -16,11 +16,9 @@ import yaml
 from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, print_json
-from pearl.cli.telemetry_input import read_telemetry
+from pearl.cli.telemetry_input import read_telemetry, telemetry_path
 from pearl.errors import InputError, read_text
 from pearl.sim.workload_fit import WorkloadFit, WorkloadFitError, fit_workload
-
-TELEMETRY_FILE = "telemetry.jsonl"
 
 
 def run_dir_limits(run_dir: Path) -> tuple[int | None, int | None]:
@@ -86,13 +84,8 @@ def fit_source(
     """Fit a telemetry file, or a run directory's telemetry.jsonl within its config's limits
     (`max_len` / `max_turns` win over them), on the turns of rollout `steps` (inclusive;
     None: open). Returns the fit and the telemetry file read."""
-    path = source
+    path = telemetry_path(source)
     if source.is_dir():
-        path = source / TELEMETRY_FILE
-        if not path.is_file():
-            inside = sorted(p.parent.name for p in source.glob(f"*/{TELEMETRY_FILE}"))
-            hint = f" (give one of its runs: {', '.join(inside)})" if inside else ""
-            raise InputError(str(source), f"no {TELEMETRY_FILE} in this directory{hint}")
         run_len, run_turns = run_dir_limits(source)
         max_len = max_len if max_len is not None else run_len
         max_turns = max_turns if max_turns is not None else run_turns

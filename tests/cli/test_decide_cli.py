@@ -45,6 +45,17 @@ def test_profile_fit_json_feeds_decide(tmp_path, fitted):
     assert out["num_workers"] == 8 and out["batch"] == round(prof.batch_size)
 
 
+def test_profile_fit_takes_a_run_directory(tmp_path, fitted):
+    """A run directory fits its telemetry.jsonl; pearl simulate --out's top directory, which
+    holds one run a policy, is one line naming them."""
+    run = tmp_path / "sim" / "pearl"
+    run.mkdir(parents=True)
+    (run / "telemetry.jsonl").write_text(TELEMETRY.read_text())
+    assert _ok(["profile", "fit", str(run), "--json"]) == fitted
+    line = _bad(["profile", "fit", str(tmp_path / "sim")])
+    assert "no telemetry.jsonl in this directory (give one of its runs: pearl)" in line
+
+
 def _close(a: object, b: object, path: str = "") -> None:
     """Equal documents, floats to 1e-9 relative: a least-squares fit's last digits depend
     on the CPU's vector instructions (BLAS picks its kernels per machine)."""
