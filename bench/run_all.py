@@ -24,6 +24,7 @@ ORDER = (
     "worker_ops",
     "sim_speed",
     "sim_validate",
+    "workload_fit",
     "seeds",
     "demo",
 )
