@@ -260,6 +260,31 @@ def turn_count_law(endings: Sequence[TurnEnding], min_turns: int, max_turns: int
     return TurnCountLaw(float(f), median, median * math.exp(_Z90 * sigma))
 
 
+def limit_ended_share(
+    endings: Sequence[TurnEnding], law: TurnCountLaw, min_turns: int, max_turns: int
+) -> float:
+    """The share of these trajectories the length limit ended, under `law`: a cut one for
+    certain; one that ended after its last turn with the posterior chance that the limit,
+    not the policy, ended it (the terms of `_loglik`)."""
+    if not endings:
+        return 0.0
+    lo, hi = max(1, min_turns), max(max_turns, min_turns, 1)
+    mu = np.array([math.log(law.median)])
+    sigma = np.array([max(math.log(max(law.p90, law.median) / law.median) / _Z90, _SIGMA_FLOOR)])
+    pmf, gt, _ = _pmf_and_survival(mu, sigma, lo, hi)
+    f = law.run_to_cap_fraction
+    total = 0.0
+    for e in endings:
+        n = min(max(e.turns, 0), hi)
+        if e.cut_mid_turn:
+            total += 1.0
+        elif n < hi:
+            by_limit = e.p_no_room * (f + (1 - f) * float(gt[0, n]))
+            own = (1 - f) * float(pmf[0, n])
+            total += by_limit / (by_limit + own) if by_limit + own > 0 else 0.0
+    return total / len(endings)
+
+
 def _grid_best(
     score: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
     mu_axis: np.ndarray,

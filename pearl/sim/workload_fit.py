@@ -54,6 +54,7 @@ from pearl.sim.law_fit import (
     MIN_DURATION_S,
     TurnEnding,
     censored_quantiles,
+    limit_ended_share,
     lognormal_mixture,
     normal_cdf,
     truncated_quantiles,
@@ -62,6 +63,7 @@ from pearl.sim.law_fit import (
 from pearl.specs.workload import TokenDist, WorkloadSpec
 
 _Z95 = 1.6448536269514722
+LIMIT_ENDED_NOTE = 0.8  # above this share of trajectories ended by the limit, say so
 
 
 class WorkloadFitError(ValueError):
@@ -110,6 +112,7 @@ class WorkloadFit:
     max_context_tokens: int
     samples: dict[str, int]  # how many values each fitted field rests on
     notes: tuple[str, ...] = field(default=())
+    limit_ended: float = 0.0  # share of the trajectories the length limit ended (estimated)
 
     def config(self) -> dict[str, Any]:
         """A simulation config fragment (`pearl simulate --config`)."""
@@ -254,6 +257,14 @@ def fit_workload(
         for t in complete
     ]
     law = turn_count_law(endings, min_turns, turn_cap)
+    limited = limit_ended_share(endings, law, min_turns, turn_cap)
+    if limited > LIMIT_ENDED_NOTE:
+        notes.append(
+            f"the length limit ended about {limited:.0%} of the trajectories: how many turns "
+            "they would have taken past it is not in the records, so the turn law is one "
+            "that ends trajectories as these ended; simulating a longer limit with it "
+            "(rollout.max_context_tokens) extrapolates"
+        )
     workload: dict[str, Any] = {
         "num_turns_median": round(law.median, 2),
         "num_turns_p90": round(max(law.median, law.p90), 2),
@@ -299,7 +310,7 @@ def fit_workload(
         "environment_steps": len(envs),
         "cut_mid_turn": sum(1 for e in endings if e.cut_mid_turn),
     }
-    return WorkloadFit(workload, cap, samples, tuple(notes))
+    return WorkloadFit(workload, cap, samples, tuple(notes), limited)
 
 
 def _complete(trajs: list[ObservedTrajectory], notes: list[str]) -> list[ObservedTrajectory]:

@@ -155,6 +155,20 @@ def test_a_cut_generation_bounds_the_law_from_below_only():
     assert fit.samples["cut_mid_turn"] == 2
 
 
+@pytest.mark.parametrize("cap, noted", [(32768, False), (16384, True)])
+def test_the_share_the_limit_ended_is_estimated_and_a_large_one_noted(cap, noted):
+    """Under the fitted law, the trajectories the length limit ended (cut mid-generation,
+    or after a last turn that left no room) are as many as the world's sampler cut (0.52
+    on 32K, 0.86 on 16K); past 0.8, the fit says its turn law past the limit is a guess."""
+    spec = WorkloadSpec(context_cap_tokens=cap)
+    trajs = TrajectorySampler(spec, 0).batch(1000)
+    fit = fit_workload(_records(trajs), max_context_tokens=cap, max_turns=50)
+    share = [n for n in fit.notes if n.startswith("the length limit ended about")]
+    assert bool(share) == noted
+    cut = float(np.mean([t.truncated for t in trajs]))
+    assert fit.limit_ended == pytest.approx(cut, abs=0.03)
+
+
 def test_limits_default_to_the_largest_seen_and_say_so():
     fitted, fit = _refit(WorkloadSpec(), n=300)
     assert any("length limit not given" in n for n in fit.notes)
