@@ -65,9 +65,7 @@ def _pearl(cfg: SimConfig) -> dict[str, float]:
     return {"tph": float(s["trajs_per_hour"]), "makespan": float(s["mean_makespan_s"])}
 
 
-def measure(
-    name: str, seeds: tuple[int, ...], source_s: float, run_s: float
-) -> dict[str, Any]:
+def measure(name: str, seeds: tuple[int, ...], source_s: float, run_s: float) -> dict[str, Any]:
     cap, overrides = WORKLOADS[name]
     src = _config(cap, overrides, 0, source_s)
     world = workload_from_dict(src.rollout.workload, context_cap_tokens=cap)
