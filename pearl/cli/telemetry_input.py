@@ -10,8 +10,7 @@ from pathlib import Path
 from pearl.control.telemetry import TelemetryError
 from pearl.control.telemetry_jsonl import Telemetry, read_jsonl
 from pearl.errors import InputError
-
-TELEMETRY_FILE = "telemetry.jsonl"
+from pearl.report.rundir import TELEMETRY_FILE
 
 
 def telemetry_path(source: Path) -> Path:
