@@ -205,7 +205,14 @@ def register(profile_app: typer.Typer) -> None:
         if out is not None:
             out.write_text(text)
         if as_json:
-            print_json({"config": fit.config(), "samples": fit.samples, "notes": list(fit.notes)})
+            print_json(
+                {
+                    "config": fit.config(),
+                    "samples": fit.samples,
+                    "limit_ended": round(fit.limit_ended, 4),
+                    "notes": list(fit.notes),
+                }
+            )
             return
         if out is None:
             print(text, end="")

@@ -59,7 +59,8 @@ def test_json_and_out(tmp_path):
             ["profile", "workload", TELEMETRY, "--max-len", "40000", "--out", out, "--json"]
         ).stdout  # fmt: skip
     )
-    assert set(doc) == {"config", "samples", "notes"}
+    assert set(doc) == {"config", "samples", "limit_ended", "notes"}
+    assert 0.0 <= doc["limit_ended"] <= 1.0
     assert doc["config"]["rollout"]["max_context_tokens"] == 40000
     assert load_config(out).rollout.max_context_tokens == 40000
     table = _run(["profile", "workload", TELEMETRY, "--max-len", "40000", "--out", out])
@@ -73,6 +74,7 @@ def test_run_directory_gives_the_limits(sim_run):
     assert doc["config"]["rollout"]["workload"]["max_turns"] == 50
     assert not any("not given" in n for n in doc["notes"])
     assert any("rollout batch: 64 trajectories" in n for n in doc["notes"])
+    assert 0.4 < doc["limit_ended"] < 0.65  # about half the default trajectories on 32K
     assert doc["samples"]["trajectories"] > 300
 
 
