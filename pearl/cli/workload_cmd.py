@@ -147,6 +147,7 @@ def _table(fit: WorkloadFit) -> Table:
                 )
         else:
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    table.add_row("ended by the length limit (est.)", f"{fit.limit_ended:.0%}")
     return table
 
 

@@ -65,6 +65,7 @@ def test_json_and_out(tmp_path):
     assert load_config(out).rollout.max_context_tokens == 40000
     table = _run(["profile", "workload", TELEMETRY, "--max-len", "40000", "--out", out])
     assert f"written to {out}" in table.stdout and "run_to_cap_fraction" in table.stdout
+    assert "ended by the length limit" in table.stdout
 
 
 def test_run_directory_gives_the_limits(sim_run):
