@@ -17,6 +17,7 @@ from rich.table import Table
 
 from pearl.cli.output import console, err_console, guarded, print_json
 from pearl.cli.telemetry_input import read_telemetry, telemetry_path
+from pearl.control.telemetry import TurnRecord
 from pearl.errors import InputError, read_text
 from pearl.sim.workload_fit import WorkloadFit, WorkloadFitError, fit_workload
 
@@ -51,27 +52,43 @@ def run_dir_limits(run_dir: Path) -> tuple[int | None, int | None]:
 def parse_steps(text: str) -> tuple[int | None, int | None]:
     """`--steps`: "N" (one rollout step), "FIRST:LAST" (inclusive), "FIRST:" or ":LAST"."""
     lo_text, sep, hi_text = text.partition(":")
-    ends: list[int | None] = []
-    for part in (lo_text, hi_text if sep else lo_text):
+
+    def end(part: str) -> int | None:
         part = part.strip()
         if not part and sep:
-            ends.append(None)
-            continue
-        try:
-            value = int(part)
-        except ValueError:
-            value = -1
-        if value < 0:
+            return None  # an open end
+        if not (part.isascii() and part.isdigit()):
             raise InputError(
                 "<argument>",
                 f"{text!r}: give N, FIRST:LAST, FIRST: or :LAST (rollout steps, from 0)",
                 field="--steps",
             )
-        ends.append(value)
-    lo, hi = ends
+        return int(part)
+
+    lo, hi = end(lo_text), end(hi_text if sep else lo_text)
     if lo is not None and hi is not None and lo > hi:
         raise InputError("<argument>", f"{text!r}: FIRST is after LAST", field="--steps")
     return lo, hi
+
+
+def _select_steps(
+    turns: tuple[TurnRecord, ...], steps: tuple[int | None, int | None], source: Path
+) -> tuple[tuple[TurnRecord, ...], str]:
+    """The turns of rollout `steps` (inclusive; None: open), and a note saying which."""
+    lo, hi = steps
+    present = sorted({t.step for t in turns})
+    kept = tuple(t for t in turns if (lo is None or t.step >= lo) and (hi is None or t.step <= hi))
+    have = f"steps {present[0]}-{present[-1]}" if present else "no step"
+    if not kept:
+        want = f"{'' if lo is None else lo}:{'' if hi is None else hi}"
+        raise InputError(
+            str(source), f"no turn in rollout steps {want} (it has {have})", field="--steps"
+        )
+    chosen = sorted({t.step for t in kept})
+    return kept, (
+        f"fitted to rollout steps {chosen[0]}-{chosen[-1]} ({len(chosen)} of the "
+        f"{len(present)} steps in the file, {have})"
+    )
 
 
 def fit_source(
@@ -91,22 +108,8 @@ def fit_source(
         max_turns = max_turns if max_turns is not None else run_turns
     tel = read_telemetry(path, "a workload")
     turns, note = tel.turns, None
-    lo, hi = steps
-    if (lo, hi) != (None, None):
-        present = sorted({t.step for t in turns})
-        turns = tuple(
-            t for t in turns if (lo is None or t.step >= lo) and (hi is None or t.step <= hi)
-        )
-        have = f"steps {present[0]}-{present[-1]}" if present else "no step"
-        want = f"{'' if lo is None else lo}:{'' if hi is None else hi}"
-        if not turns:
-            raise InputError(str(path), f"no turn in rollout steps {want} (it has {have})",
-                             field="--steps")  # fmt: skip
-        chosen = sorted({t.step for t in turns})
-        note = (
-            f"fitted to rollout steps {chosen[0]}-{chosen[-1]} ({len(chosen)} of the "
-            f"{len(present)} steps in the file, {have})"
-        )
+    if steps != (None, None):
+        turns, note = _select_steps(turns, steps, path)
     try:
         fit = fit_workload(turns, max_context_tokens=max_len, max_turns=max_turns)
     except WorkloadFitError as err:

@@ -39,6 +39,19 @@ SUPPORTED: dict[str, dict[str, Any]] = {
 }
 
 
+def _shape(arch: object, source: str, field: str) -> dict[str, Any]:
+    """`SUPPORTED`'s entry for an architecture, or an `InputError` naming the ones timed."""
+    kind = SUPPORTED.get(str(arch))
+    if kind is None:
+        raise InputError(
+            source,
+            f"{arch} is not a shape the simulator's hardware model times; supported: "
+            f"{', '.join(SUPPORTED)} (dense GQA decoders, MoE without shared experts)",
+            field=field,
+        )
+    return kind
+
+
 def derived_params(arch: dict[str, Any]) -> tuple[int, int]:
     """(all parameters, parameters a token touches) of a decoder of this shape (the fields
     of `ModelSpec`: layers, widths, heads, MLP or experts, vocab, tied embeddings)."""
@@ -70,14 +83,7 @@ def derived_params(arch: dict[str, Any]) -> tuple[int, int]:
 def spec_fields(arch: dict[str, Any]) -> dict[str, Any]:
     """`arch` completed with what follows from it: parameter counts, bf16 weight bytes and
     KV bytes a token takes (2 for K and V x layers x KV heads x head_dim x 2 bytes)."""
-    kind = SUPPORTED.get(str(arch.get("architecture")))
-    if kind is None:
-        raise InputError(
-            "<model>",
-            f"{arch.get('architecture')} is not a shape the simulator's hardware model times; "
-            f"supported: {', '.join(SUPPORTED)}",
-            field="architecture",
-        )
+    kind = _shape(arch.get("architecture"), "<model>", "architecture")
     arch = {"qk_norm": kind["qk_norm"], "qkv_bias": kind["qkv_bias"], **arch}
     total, active = derived_params(arch)
     out = dict(arch)
@@ -106,14 +112,7 @@ def from_hf_config(doc: dict[str, Any], source: str, name: str) -> dict[str, Any
     if not isinstance(archs, list) or not archs:
         raise InputError(source, "missing: a list naming the model class", field="architectures")
     arch = str(archs[0])
-    kind = SUPPORTED.get(arch)
-    if kind is None:
-        raise InputError(
-            source,
-            f"{arch} is not a shape the simulator's hardware model times; supported: "
-            f"{', '.join(SUPPORTED)} (dense GQA decoders, MoE without shared experts)",
-            field="architectures",
-        )
+    kind = _shape(arch, source, "architectures")
 
     def need(key: str, *alts: str) -> Any:
         for k in (key, *alts):
