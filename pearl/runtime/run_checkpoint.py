@@ -44,16 +44,7 @@ def read_checkpoint(directory: Path) -> dict[str, Any] | None:
         raise InputError(
             str(path), f"corrupt checkpoint: {err.msg}", location=f"line {err.lineno}"
         ) from None
-    for key in (
-        "trained_steps",
-        "version",
-        "time_s",
-        "expected_rollout_s",
-        "step_metrics",
-        "done_trajectories",
-    ):
-        if key not in doc:
-            raise InputError(str(path), "missing entry", field=key)
+    _check_entries(doc, str(path))
     name = doc.setdefault("trainer_file", LEGACY_TRAINER_FILE)
     if not isinstance(name, str) or Path(name).name != name or not name:
         raise InputError(str(path), f"not a file name: {name!r}", field="trainer_file")
@@ -62,6 +53,57 @@ def read_checkpoint(directory: Path) -> dict[str, Any] | None:
             str(directory / name), "the trainer checkpoint driver.json names is missing"
         )
     return doc
+
+
+def _check_entries(doc: Any, source: str) -> None:
+    """Every entry the driver reads back, of its type: a hand-edited or torn document is
+    refused here, naming the entry, before Ray starts, not as a ValueError mid-start."""
+    if not isinstance(doc, dict):
+        raise InputError(source, "corrupt checkpoint: expected a JSON object")
+    for key, kinds in (
+        ("trained_steps", (int,)),
+        ("version", (int,)),
+        ("time_s", (int, float)),
+        ("expected_rollout_s", (int, float)),
+        ("step_metrics", (list,)),
+        ("done_trajectories", (list,)),
+    ):
+        if key not in doc:
+            raise InputError(source, "missing entry", field=key)
+        value = doc[key]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            what = {int: "an integer", float: "a number", list: "a list"}[kinds[-1]]
+            raise InputError(source, f"must be {what}, got {value!r:.60}", field=key)
+        if isinstance(value, int) and value < 0:
+            raise InputError(source, f"must be >= 0, got {value}", field=key)
+    for key in ("step_metrics", "done_trajectories"):
+        for i, row in enumerate(doc[key]):
+            if not isinstance(row, dict):
+                raise InputError(source, "expected a JSON object", location=f"{key}[{i}]")
+    _check_trajectories(doc["done_trajectories"], source)
+
+
+def _check_trajectories(rows: list[dict[str, Any]], source: str) -> None:
+    """Each finished trajectory has the fields of a `RuntimeTrajectory`, no others."""
+    from dataclasses import MISSING, fields
+
+    from pearl.runtime.trajectory import RuntimeTrajectory
+
+    known = {f.name for f in fields(RuntimeTrajectory)}
+    required = {
+        f.name
+        for f in fields(RuntimeTrajectory)
+        if f.default is MISSING and f.default_factory is MISSING
+    }
+    for i, row in enumerate(rows):
+        where = f"done_trajectories[{i}]"
+        missing, unknown = sorted(required - row.keys()), sorted(row.keys() - known)
+        if missing:
+            raise InputError(source, "missing entry", location=where, field=missing[0])
+        if unknown:
+            raise InputError(source, "not a trajectory field", location=where, field=unknown[0])
+        if not isinstance(row["traj_id"], str):
+            raise InputError(source, "must be a string", location=where, field="traj_id")
 
 
 def prune_trainer_files(directory: Path, version: int) -> None:

@@ -95,3 +95,46 @@ def test_resuming_a_finished_run_returns_its_summary_and_touches_nothing(tmp_pat
     assert summary["final_version"] == 3 and "already trained all 3 steps" in summary["note"]
     assert (out / "metrics.json").read_text() == metrics
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "metrics.json"]
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        ({"version": "x"}, "version"),
+        ({"trained_steps": -1}, "trained_steps"),
+        ({"trained_steps": True}, "trained_steps"),
+        ({"time_s": None}, "time_s"),
+        ({"step_metrics": {}}, "step_metrics"),
+        ({"step_metrics": [3]}, r"step_metrics\[0\]"),
+        ({"done_trajectories": [{"traj_id": "a", "step": 0, "group": 0}]}, "task_id"),
+        (
+            {"done_trajectories": [{"traj_id": "a", "step": 0, "group": 0, "task_id": 1, "x": 1}]},
+            r"done_trajectories\[0\].*x",
+        ),
+    ],
+)
+def test_an_entry_of_the_wrong_type_is_named(tmp_path: Path, change: dict, where: str) -> None:
+    """Before, a hand-edited document passed and the driver failed once Ray had started
+    (`ValueError: invalid literal for int()`), or a trajectory failed to rebuild."""
+    (tmp_path / trainer_file_name(3)).write_bytes(b"w")
+    write_checkpoint(tmp_path, {**DOC, "trainer_file": trainer_file_name(3), **change})
+    with pytest.raises(InputError, match=where) as err:
+        read_checkpoint(tmp_path)
+    assert "driver.json" in str(err.value)
+
+
+def test_a_document_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "driver.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="expected a JSON object"):
+        read_checkpoint(tmp_path)
+
+
+def test_a_written_trajectory_reads_back(tmp_path: Path) -> None:
+    from pearl.runtime.trajectory import RuntimeTrajectory
+
+    t = RuntimeTrajectory("s0-g0-0", step=0, group=0, task_id=7, token_ids=[1, 2], reward=1.0)
+    (tmp_path / trainer_file_name(3)).write_bytes(b"w")
+    doc = {**DOC, "trainer_file": trainer_file_name(3), "done_trajectories": [t.to_json()]}
+    write_checkpoint(tmp_path, doc)
+    back = read_checkpoint(tmp_path)["done_trajectories"][0]
+    assert RuntimeTrajectory.from_json(back) == t
