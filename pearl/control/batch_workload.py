@@ -27,7 +27,6 @@ class BatchWorkload:
 
     batch: float
     turns: float
-    live: float
     n_new: float
     n_cached: float
     ctx: float
@@ -101,7 +100,6 @@ def batch_workload(
     return BatchWorkload(
         batch=float(batch),
         turns=turns,
-        live=min(1.0, max(0.05, turns / tail_turns)),
         n_new=profile.new_prefill_tokens_per_turn,
         n_cached=profile.cached_prefix_tokens_per_turn,
         ctx=ctx,

@@ -43,17 +43,24 @@ turns its prefill, its decode tokens at the rounds' cost per token, its environm
 the rounds' waits.
 
 Colocated (N workers): prefill and decode share iterations on the same GPUs (chunked
-prefill). A round's `m = n_k/N` live trajectories per worker decode in batches of
-`clip(m*(1-f), 1, S)`; a turn's own cycle is `t_pf + n_d*t_tok + e`, and a token of a
-decoding trajectory costs `t_tok = t_step / (1 - rho)` with `rho = (m-1)*t_pf/x` the
-*other* trajectories' prefill per second of the round (its own prefill comes before its
-decode and never interrupts it). A round lasts `x`, the longest of a turn's own cycle, the
-worker's work for its `m` trajectories `m*(t_pf + n_d*t_step/b)` and the seats'
-response-time law `m*s/S` (`s = t_pf + n_d*t_tok`, how long a turn holds its KV), so
-an overloaded worker makes every turn wait. Throughput bound `max(P_w + D_w,
-((B/N - 1)*T + T_tail) * s / S)`: per-worker prefill and decode busy time
-(`D_w = B*T*n_d/N / b * t_step`, `b` the batch over the whole batch), and the seat time
-of the worker that keeps the longest trajectory.
+prefill). A round's `m = n_k/N` live trajectories per worker each spend a share `q` of
+the round in the worker's running batch, so the worker decodes `clip(m*q, 1, S)` at once
+and a member sees `1 + (m-1)*q`; a turn's own cycle is `t_pf + n_d*t_tok + e`, and a
+token of a decoding trajectory costs `t_tok = t_step / (1 - rho)` with `rho =
+(m-1)*t_pf/x` the *other* trajectories' prefill per second of the round (its own prefill
+comes before its decode and never interrupts it). A round lasts `x`, the longest of a
+turn's own cycle, the worker's work for its `m` trajectories `m*(t_pf + n_d*t_step/b)`
+and the seats' response-time law `m*s/S` (`s = t_pf + n_d*t_tok`, how long a turn holds
+its KV), so an overloaded worker makes every turn wait. The share is a fixed point, as
+in the disaggregated rounds: `q = (y - t_pf - e) / x` with `y` the longer of the turn's
+own cycle and the worker's work, since a busy worker's turns wait inside its batch and
+turns waiting for a KV seat wait outside it. (The profile's `f`, the share of a
+trajectory's life spent on its environment, was measured at the pace of the pool it ran
+on: `1 - f` stood for `q` until 2026-12-08 and put too many in a faster pool's batches;
+Qwen3-30B-A3B's colocated makespans came out 5-8% high where its splits' were 1-3%.)
+Throughput bound `max(P_w + D_w, ((B/N - 1)*T + T_tail) * s / S)`: per-worker prefill
+and decode busy time (`D_w = sum_k n_k*n_d*t_step(b_k)/b_k / N` over the rounds), and the
+seat time of the worker that keeps the longest trajectory.
 
 Disaggregated (p prefill, d decode): the two stages run concurrently. A mean turn's own
 work is `o = t_pf + t_kv + n_d*t_step + e` (e: its environment and overhead); it queues at
@@ -143,15 +150,6 @@ def _step_s(w: BatchWorkload, b: np.ndarray) -> np.ndarray:
     return w.step_a + w.step_b * np.minimum(b, w.decode_saturation_seqs) + w.step_c * b * w.ctx_dec
 
 
-def _decode(w: BatchWorkload, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Colocated per-worker decode concurrency, iteration time and busy time."""
-    full = w.batch / np.asarray(workers, dtype=float) * (1.0 - w.wait) * w.live
-    b = np.clip(full, 1.0, w.seats)
-    t_step = _step_s(w, b)
-    busy = w.batch * w.turns * w.n_d / workers / b * t_step
-    return b, t_step, busy
-
-
 def _seen_batch(live: np.ndarray, share: np.ndarray | float, seats: float) -> np.ndarray:
     """The decode batch a decoding trajectory finds itself in: itself plus the others of
     its `live` that decode at that moment (each for `share` of its time). The batch a
@@ -167,21 +165,32 @@ def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
     n = np.asarray(n, dtype=float)
     t_pf, hit = _prefill(w, n, w.hit_coeff_colocated)
     prefill = w.batch * w.turns * t_pf / n
-    b_mean, _, decode = _decode(w, n)
-    busy = prefill + decode
-    # candidates x rounds: the live trajectories per worker, their decode batch and step
+    # candidates x rounds: the live trajectories per worker, the share of its time a live
+    # trajectory decodes (a fixed point, as in the disaggregated rounds: the batch sets the
+    # step, the step the cycle, the cycle the share; it starts from the profile's share
+    # not spent on the environment, which was measured at another pool's pace), the batch
+    # a worker runs and the batch a decoding member sees
     live = w.alive[None, :] / n[:, None]
-    b = np.clip(live * (1.0 - w.wait), 1.0, w.seats)
-    step = _step_s(w, b)
-    seen_step = _step_s(w, _seen_batch(live, 1.0 - w.wait, w.seats))  # a member's step
     pf = t_pf[:, None]
+    share = np.full_like(live, 1.0 - w.wait)
+    b = np.clip(live * share, 1.0, w.seats)
+    step = _step_s(w, b)
+    seen_step = _step_s(w, _seen_batch(live, share, w.seats))
     cycle = pf + w.n_d * seen_step + w.env_turn_s
     for _ in range(_MAX_ITERATIONS):
         token, own, seat_s = _colocated_round(w, live, seen_step, pf, cycle)
         work = live * (pf + w.n_d * step / b)  # the worker's busy time per round
-        nxt = np.maximum(np.maximum(own, work), live * seat_s / w.seats)
-        done = np.max(np.abs(nxt - cycle) / cycle) < _TOLERANCE
-        cycle = nxt
+        running = np.maximum(own, work)  # a busy worker's turns wait in its batch
+        nxt = np.maximum(running, live * seat_s / w.seats)  # full seats: outside it
+        nxt_share = np.clip((running - pf - w.env_turn_s) / nxt, 0.0, 1.0)
+        done = (
+            np.max(np.abs(nxt - cycle) / cycle) < _TOLERANCE
+            and np.max(np.abs(nxt_share - share)) < _TOLERANCE
+        )
+        cycle, share = nxt, nxt_share
+        b = np.clip(live * share, 1.0, w.seats)
+        step = _step_s(w, b)
+        seen_step = _step_s(w, _seen_batch(live, share, w.seats))
         if done:
             break
     token, own, seat_s = _colocated_round(w, live, seen_step, pf, cycle)
@@ -192,6 +201,10 @@ def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
         cycle,
         {"decode": token, "wait": cycle - own, "interference": token - seen_step},
     )
+    # a worker's decode busy time over the rounds, at the batches it runs
+    alive = w.alive[None, :]
+    decode = (alive * w.n_d * step / b).sum(axis=1) / n
+    busy = prefill + decode
     # Trajectories stay on their worker (prefix affinity): its KV seats serve the longest
     # trajectory's turns and its other trajectories'.
     others = np.maximum(w.batch / n - 1.0, 0.0) * w.turns
@@ -208,7 +221,7 @@ def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
         "env_s": parts["env"],
         "tail_turns": parts["turns"],
         "prefix_hit_share": hit,
-        "decode_batch": b_mean,
+        "decode_batch": (b * alive).sum(axis=1) / alive.sum(axis=1),
         "decode_step_s": (step * live).sum(axis=1) / live.sum(axis=1),
     }
 

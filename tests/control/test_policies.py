@@ -14,6 +14,7 @@ from pearl.control.controller import Controller
 from pearl.control.decision import DecisionConfig
 from pearl.control.plan import PDConfig
 from pearl.control.policies import get_policy, policy_names, scale_config
+from pearl.control.policies.base import Policy
 from pearl.control.policies.engine_advisor import EngineAdvisor
 from pearl.control.profile import HardwarePrior
 from pearl.control.state import ClusterState, Gpu, Role, Status, Zone
@@ -186,9 +187,23 @@ def test_engine_advisor_drives_pearl_with_a_hardware_prior():
 
 def test_first_decision_keeps_colocation_unless_a_split_clears_the_mode_threshold():
     """With no configuration yet, colocation is the incumbent: the engine's first choice is
-    a split only when it saves more than the mode-switch threshold, as a later switch must."""
+    a split only when it saves more than the mode-switch threshold, as a later switch must.
+    (The prior's workload with short turns, 100 tokens a turn: a split is predicted a
+    little faster.)"""
     hw = HardwarePrior.from_specs(get_model("qwen3-8b"), get_gpu("h100-sxm"))
-    advisor = EngineAdvisor(get_policy("pearl"), hardware=hw, batch_size=64)
+    prior = EngineAdvisor(get_policy("pearl"), hardware=hw, batch_size=64).profile
+    short = dataclasses.replace(prior, decode_tokens_per_turn=100.0)
+
+    def advisor_with(policy: Policy, engine_config: DecisionConfig | None = None) -> EngineAdvisor:
+        return EngineAdvisor(
+            policy,
+            hardware=hw,
+            batch_size=64,
+            engine_config=engine_config,
+            initial_profile=short,
+        )
+
+    advisor = advisor_with(get_policy("pearl"))
     free = advisor.engine.decide(advisor.profile, 8, 64, None)  # no incumbent: best predicted
     colocated = free.candidate(PDConfig.colocated(8))
     assert colocated is not None and not free.chosen.is_colocated
@@ -197,14 +212,10 @@ def test_first_decision_keeps_colocation_unless_a_split_clears_the_mode_threshol
     assert advisor.choose(8, None) == PDConfig.colocated(8)
     # the same prior with a 0.1% mode threshold: the split clears it and is chosen at once
     low = DecisionConfig(mode_switch_threshold=0.001, ratio_switch_threshold=0.001)
-    eager = EngineAdvisor(get_policy("pearl"), hardware=hw, batch_size=64, engine_config=low)
+    eager = advisor_with(get_policy("pearl"), low)
     assert eager.choose(8, None) == free.chosen
     # a policy restricted to splits is not held to colocation
-    split_only = EngineAdvisor(
-        dataclasses.replace(get_policy("pearl"), modes=("disaggregated",)),
-        hardware=hw,
-        batch_size=64,
-    )
+    split_only = advisor_with(dataclasses.replace(get_policy("pearl"), modes=("disaggregated",)))
     assert not split_only.choose(8, None).is_colocated
 
 
