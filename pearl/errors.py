@@ -47,11 +47,24 @@ def from_validation(
     err: ValidationError, source: str, *, prefix: str | None = None, location: str | None = None
 ) -> InputError:
     """The first problem of a pydantic `ValidationError` as an `InputError` naming its
-    dotted field (under `prefix`), without pydantic's "Value error, " preamble."""
-    first = err.errors()[0]
+    dotted field (under `prefix`), without pydantic's "Value error, " preamble. A required
+    field that is missing beside an unknown one of the same section is most often a
+    misspelling, and the message names the unknown one."""
+    errors = err.errors()
+    first = errors[0]
     path = ".".join(str(p) for p in first["loc"])
     field = ".".join(x for x in (prefix, path) if x) or None
     message = str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "missing":
+        parent = tuple(first["loc"][:-1])
+        unknown = [
+            str(e["loc"][-1])
+            for e in errors
+            if e["type"] == "extra_forbidden" and tuple(e["loc"][:-1]) == parent
+        ]
+        if unknown:
+            names = ", ".join(f"'{u}'" for u in unknown)
+            message += f" (not a field here: {names}; a misspelling?)"
     return InputError(source, message, location=location, field=field)
 
 

@@ -59,3 +59,23 @@ def test_an_input_error_raised_in_a_ray_actor_is_one_line() -> None:
     res = CliRunner().invoke(app, [])
     assert res.exit_code == 2
     assert res.stderr.strip() == f"error: {cause}"
+
+
+def test_a_missing_field_beside_an_unknown_one_names_the_unknown_one(tmp_path) -> None:
+    """A misspelt required field was reported as missing alone: the user saw 'Field
+    required' for the field they believed they had written."""
+    import pytest
+
+    from pearl.specs import get_gpu
+
+    card = tmp_path / "card.yaml"
+    card.write_text(
+        "name: x\nbf16_tflops: 900\nhbm_gb: 80\nnvlink_gb_s_per_dir: 450\nhbm_tbps: 3\n"
+    )
+    with pytest.raises(InputError) as err:
+        get_gpu(str(card))
+    assert err.value.field == "hbm_tb_s" and "'hbm_tbps'" in err.value.message
+    card.write_text("name: x\nbf16_tflops: 900\nhbm_gb: 80\nnvlink_gb_s_per_dir: 450\n")
+    with pytest.raises(InputError) as err:
+        get_gpu(str(card))
+    assert err.value.field == "hbm_tb_s" and "misspelling" not in err.value.message
