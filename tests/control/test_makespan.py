@@ -369,3 +369,19 @@ def test_a_larger_batch_draws_a_longer_critical_path():
     only_longest = simple_profile(trajectory_sample=sample[-1:])
     limit = predict(PDConfig.colocated(4), only_longest, 64).breakdown["critical_path_s"]
     assert limit * 0.96 < crit[2] <= limit
+
+
+@pytest.mark.parametrize(
+    "config", [PDConfig.colocated(2), PDConfig.colocated(4), PDConfig.disaggregated(1, 3)]
+)
+def test_decode_batches_come_from_the_candidates_own_rounds(config: PDConfig) -> None:
+    """The profile's share of time off the environment was measured on the pool the
+    telemetry came from; a candidate's decode batches follow from its own rounds. Before
+    2026-12-08 a colocated candidate took its batch from that share, so the same workload
+    measured on a slower pool predicted a slower colocated batch."""
+    preds = [
+        predict(config, simple_profile(env_wait_fraction=f, batch_size=16), 16)
+        for f in (0.1, 0.5, 0.8)
+    ]
+    assert preds[0].makespan_s == pytest.approx(preds[1].makespan_s, rel=1e-6)
+    assert preds[0].makespan_s == pytest.approx(preds[2].makespan_s, rel=1e-6)
