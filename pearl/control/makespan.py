@@ -173,9 +173,7 @@ def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
     live = w.alive[None, :] / n[:, None]
     pf = t_pf[:, None]
     share = np.full_like(live, 1.0 - w.wait)
-    b = np.clip(live * share, 1.0, w.seats)
-    step = _step_s(w, b)
-    seen_step = _step_s(w, _seen_batch(live, share, w.seats))
+    b, step, seen_step = _colocated_batches(w, live, share)
     cycle = pf + w.n_d * seen_step + w.env_turn_s
     for _ in range(_MAX_ITERATIONS):
         token, own, seat_s = _colocated_round(w, live, seen_step, pf, cycle)
@@ -188,9 +186,7 @@ def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
             and np.max(np.abs(nxt_share - share)) < _TOLERANCE
         )
         cycle, share = nxt, nxt_share
-        b = np.clip(live * share, 1.0, w.seats)
-        step = _step_s(w, b)
-        seen_step = _step_s(w, _seen_batch(live, share, w.seats))
+        b, step, seen_step = _colocated_batches(w, live, share)
         if done:
             break
     token, own, seat_s = _colocated_round(w, live, seen_step, pf, cycle)
@@ -224,6 +220,15 @@ def colocated_arrays(w: BatchWorkload, n: np.ndarray) -> dict[str, np.ndarray]:
         "decode_batch": (b * alive).sum(axis=1) / alive.sum(axis=1),
         "decode_step_s": (step * live).sum(axis=1) / live.sum(axis=1),
     }
+
+
+def _colocated_batches(
+    w: BatchWorkload, live: np.ndarray, share: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batch a colocated worker runs when its `live` trajectories each decode `share`
+    of the round, its step, and the step of the batch a decoding member sees."""
+    b = np.clip(live * share, 1.0, w.seats)
+    return b, _step_s(w, b), _step_s(w, _seen_batch(live, share, w.seats))
 
 
 def _colocated_round(

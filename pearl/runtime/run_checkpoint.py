@@ -89,12 +89,9 @@ def _check_trajectories(rows: list[dict[str, Any]], source: str) -> None:
 
     from pearl.runtime.trajectory import RuntimeTrajectory
 
-    known = {f.name for f in fields(RuntimeTrajectory)}
-    required = {
-        f.name
-        for f in fields(RuntimeTrajectory)
-        if f.default is MISSING and f.default_factory is MISSING
-    }
+    every = fields(RuntimeTrajectory)
+    known = {f.name for f in every}
+    required = {f.name for f in every if f.default is MISSING and f.default_factory is MISSING}
     for i, row in enumerate(rows):
         where = f"done_trajectories[{i}]"
         missing, unknown = sorted(required - row.keys()), sorted(row.keys() - known)
